@@ -1,0 +1,103 @@
+"""tensorweave: a dataflow-graph machine-learning system after the TensorFlow whitepaper.
+
+The public API mirrors TensorFlow 1.x names, so ``import tensorweave as tf`` runs TF1-style
+programs that stick to implemented ops::
+
+    import tensorweave as tf
+    x = tf.placeholder(tf.float32, [None, 3])
+    w = tf.Variable(tf.ones([3, 1]))
+    y = tf.matmul(x, w)
+    with tf.Session() as sess:
+        sess.run(tf.global_variables_initializer())
+        print(sess.run(y, {x: [[1, 2, 3]]}))
+"""
+
+from __future__ import annotations
+
+import importlib.metadata as _md
+
+from tensorweave.framework import errors
+from tensorweave.framework.device_spec import DeviceSpec
+from tensorweave.framework.dtypes import (
+    DType, as_dtype, bool_ as bool, complex64, complex128, double, float16, float32, float64, half,
+    int8, int16, int32, int64, string, uint8, uint16, uint32, uint64,
+)
+from tensorweave.framework.graph import (
+    Graph, GraphKeys, Operation, Tensor, convert_to_tensor, get_default_graph,
+    register_tensor_conversion_function, reset_default_graph,
+)
+from tensorweave.framework.serialization import import_graph_def
+from tensorweave.framework.tensor_shape import TensorShape
+from tensorweave.ops.array_ops import *  # noqa: F401,F403
+from tensorweave.ops.array_ops import constant, identity, placeholder, stack
+from tensorweave.ops.control_ops import group, no_op
+from tensorweave.ops.control_ops import tuple_ as tuple
+from tensorweave.ops.math_ops import *  # noqa: F401,F403
+from tensorweave.ops.math_ops import abs, add, cast, matmul, pow, round
+from tensorweave.ops.state_ops import assign, assign_add, assign_sub, is_variable_initialized
+from tensorweave.ops.variables import (
+    Variable, all_variables, global_variables, global_variables_initializer, initialize_all_variables,
+    local_variables, local_variables_initializer, trainable_variables, variables_initializer,
+)
+from tensorweave.runtime.config import ConfigProto, GraphOptions, RunMetadata, RunOptions
+from tensorweave.runtime.session import InteractiveSession, Session, get_default_session
+
+try:
+    __version__ = _md.version("tensorweave")
+except _md.PackageNotFoundError:  # running from a source tree
+    __version__ = "0+unknown"
+
+newaxis = None
+
+
+def name_scope(name, default_name=None, values=None):
+    """Prefix the names of ops created inside (``with tw.name_scope("layer1"):``)."""
+    return get_default_graph().name_scope(name if name is not None else default_name)
+
+
+def device(device_name_or_function):
+    """Constrain ops created inside to a device (partial specs allowed: ``/device:GPU:*``)."""
+    return get_default_graph().device(device_name_or_function)
+
+
+def control_dependencies(control_inputs):
+    """Ops created inside run only after ``control_inputs`` (None clears outer ones)."""
+    return get_default_graph().control_dependencies(control_inputs)
+
+
+def container(container_name):
+    """Variables created inside live in the named container (shared across Sessions)."""
+    return get_default_graph().container(container_name)
+
+
+def add_to_collection(name, value):
+    get_default_graph().add_to_collection(name, value)
+
+
+def add_to_collections(names, value):
+    get_default_graph().add_to_collections(names, value)
+
+
+def get_collection(key, scope=None):
+    return get_default_graph().get_collection(key, scope)
+
+
+def get_collection_ref(key):
+    return get_default_graph().get_collection_ref(key)
+
+
+def set_random_seed(seed):
+    """Set the graph-level seed: random ops without an op seed become deterministic."""
+    get_default_graph().seed = seed
+
+
+def reset_container(containers=None):
+    """Clear named containers in this process (``tf.Session.reset("", containers)``)."""
+    Session.reset("", containers)
+
+
+def list_devices(config=None):
+    """The devices a new local Session would use."""
+    from tensorweave.runtime.device import create_local_devices
+
+    return create_local_devices(config)

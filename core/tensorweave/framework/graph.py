@@ -1,0 +1,793 @@
+"""The dataflow graph: ``Graph``, ``Operation`` and ``Tensor``, and building nodes.
+
+``apply_op`` is the single entry point every op wrapper uses: it looks up the ``OpDef``,
+converts Python values to constants, infers type attrs from the inputs, checks dtypes and
+attrs, applies name/device/control-dependency scopes, and runs the op's shape function, so
+bad input fails here, at construction, naming the node. Nothing in this module runs a kernel.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import threading
+from typing import Any, Callable
+
+import numpy as np
+
+from tensorweave.framework import dtypes, errors
+from tensorweave.framework.device_spec import DeviceSpec
+from tensorweave.framework.op_def import OpDef, check_attr_value
+from tensorweave.framework.tensor_shape import TensorShape, as_shape
+
+
+class GraphKeys:
+    GLOBAL_VARIABLES = "variables"
+    LOCAL_VARIABLES = "local_variables"
+    TRAINABLE_VARIABLES = "trainable_variables"
+    MODEL_VARIABLES = "model_variables"
+    UPDATE_OPS = "update_ops"
+    LOSSES = "losses"
+    REGULARIZATION_LOSSES = "regularization_losses"
+    SUMMARIES = "summaries"
+    QUEUE_RUNNERS = "queue_runners"
+    GLOBAL_STEP = "global_step"
+    INIT_OP = "init_op"
+    TRAIN_OP = "train_op"
+    SAVERS = "savers"
+    VARIABLES = GLOBAL_VARIABLES
+
+
+class Tensor:
+    """One output of an Operation: a symbolic handle named ``"op_name:index"``."""
+
+    __slots__ = ("_op", "_value_index", "_dtype", "_shape", "_name", "__weakref__")
+
+    # NumPy must defer to our operator overloads (ndarray + Tensor -> Tensor.__radd__).
+    __array_priority__ = 100
+
+    def __init__(self, op: Operation, value_index: int, dtype: dtypes.DType):
+        self._op = op
+        self._value_index = value_index
+        self._dtype = dtype
+        self._shape = TensorShape(None)
+        self._name = f"{op.name}:{value_index}"
+
+    op = property(lambda self: self._op)
+    value_index = property(lambda self: self._value_index)
+    dtype = property(lambda self: self._dtype)
+    name = property(lambda self: self._name)
+    graph = property(lambda self: self._op.graph)
+    device = property(lambda self: self._op.device)
+    shape = property(lambda self: self._shape)
+
+    def get_shape(self) -> TensorShape:
+        return self._shape
+
+    def set_shape(self, shape) -> None:
+        try:
+            self._shape = self._shape.merge_with(as_shape(shape))
+        except errors.InvalidArgumentError:
+            raise errors.InvalidArgumentError(
+                f"set_shape on tensor '{self._name}': shape {as_shape(shape)} is incompatible "
+                f"with its inferred shape {self._shape}") from None
+
+    def consumers(self) -> list[Operation]:
+        return [op for op in self._op.graph._nodes if any(t is self for t in op._inputs)]
+
+    def eval(self, feed_dict=None, session=None):
+        from tensorweave.runtime.session import _session_for
+        return _session_for(session, self.graph, "Tensor.eval()").run(self, feed_dict)
+
+    def __repr__(self):
+        return f"<tw.Tensor '{self._name}' shape={self._shape} dtype={self._dtype.name}>"
+
+    def __bool__(self):
+        raise TypeError(
+            f"using tw.Tensor '{self._name}' as a Python bool is not allowed: the graph is "
+            "built before it runs. Use tw.cond for data-dependent control flow.")
+
+    def __iter__(self):
+        n = self._shape[0] if self._shape.ndims else None
+        if n is None:
+            raise TypeError(f"tensor '{self._name}' is not iterable: its first dimension is unknown")
+        return iter([self[i] for i in range(n)])
+
+    def __len__(self):
+        raise TypeError(f"len() is not supported on tw.Tensor '{self._name}'; use tw.shape(t)[0]")
+
+    # Tensors are dict keys (feed_dict) and compared by identity, as in TF1.
+    __hash__ = object.__hash__
+
+    def __eq__(self, other):
+        return self is other
+
+    def __ne__(self, other):
+        return self is not other
+
+    def _as_graph_element(self):
+        return self
+
+
+class Operation:
+    """A node in the graph: an instance of an op type with attrs, inputs and outputs."""
+
+    __slots__ = ("_graph", "_name", "_op_def", "_inputs", "_control_inputs", "_attrs",
+                 "_outputs", "_device", "_id", "__weakref__")
+
+    def __init__(self, graph, name, op_def: OpDef, inputs, control_inputs, attrs, output_dtypes, device):
+        self._graph = graph
+        self._name = name
+        self._op_def = op_def
+        self._inputs = tuple(inputs)
+        self._control_inputs = list(control_inputs)
+        self._attrs = attrs
+        self._device = device
+        self._id = len(graph._nodes)
+        self._outputs = [Tensor(self, i, dt) for i, dt in enumerate(output_dtypes)]
+
+    graph = property(lambda self: self._graph)
+    name = property(lambda self: self._name)
+    type = property(lambda self: self._op_def.name)
+    op_def = property(lambda self: self._op_def)
+    inputs = property(lambda self: self._inputs)
+    outputs = property(lambda self: list(self._outputs))
+    control_inputs = property(lambda self: list(self._control_inputs))
+    attrs = property(lambda self: dict(self._attrs))
+    device = property(lambda self: self._device)
+
+    def values(self):
+        return tuple(self._outputs)
+
+    def get_attr(self, name: str):
+        try:
+            return self._attrs[name]
+        except KeyError:
+            raise errors.InvalidArgumentError(
+                f"{self.type} node '{self._name}' has no attr {name!r} "
+                f"(it has {sorted(self._attrs)})") from None
+
+    def _set_device(self, device: str) -> None:
+        self._device = DeviceSpec.from_string(device).to_string()
+
+    def _add_control_input(self, op: Operation) -> None:
+        if op not in self._control_inputs:
+            self._control_inputs.append(op)
+            self._graph._version += 1
+
+    def run(self, feed_dict=None, session=None):
+        from tensorweave.runtime.session import _session_for
+        _session_for(session, self.graph, "Operation.run()").run(self, feed_dict)
+
+    @property
+    def node_def(self) -> dict:
+        from tensorweave.framework.serialization import node_to_dict
+        return node_to_dict(self)
+
+    def __repr__(self):
+        return f"<tw.Operation '{self._name}' type={self.type}>"
+
+    def _as_graph_element(self):
+        return self
+
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9.][A-Za-z0-9_.\-/>]*$")
+
+
+class Graph:
+    """A set of Operations; the unit a Session runs.
+
+    ``version`` grows with every change, so a Session knows when a cached execution plan
+    might be stale (adding nodes after runs is the whitepaper's Extend).
+    """
+
+    def __init__(self):
+        self._nodes: list[Operation] = []
+        self._by_name: dict[str, Operation] = {}
+        self._names_in_use: dict[str, int] = {}
+        self._version = 0
+        self._finalized = False
+        self._collections: dict[str, list] = {}
+        self._lock = threading.RLock()
+        self._local = threading.local()
+        self.seed = None
+        self._last_seed_id = 0
+
+    # -- per-thread construction scopes ---------------------------------------------------
+    def _scopes(self):
+        loc = self._local
+        if not hasattr(loc, "name_stack"):
+            loc.name_stack = ""
+            loc.device_stack = [DeviceSpec()]
+            loc.control_stack = []
+            loc.container = ""
+        return loc
+
+    @property
+    def version(self) -> int:
+        return self._version
+
+    @property
+    def finalized(self) -> bool:
+        return self._finalized
+
+    def finalize(self) -> None:
+        self._finalized = True
+
+    def _unfinalize(self) -> None:
+        self._finalized = False
+
+    @contextlib.contextmanager
+    def as_default(self):
+        _default_graph_stack().append(self)
+        try:
+            yield self
+        finally:
+            _default_graph_stack().pop()
+
+    # -- naming ---------------------------------------------------------------------------
+    def get_name_scope(self) -> str:
+        return self._scopes().name_stack.rstrip("/")
+
+    def unique_name(self, name: str, mark_as_used: bool = True) -> str:
+        scope = self._scopes().name_stack
+        if scope:
+            name = scope + name
+        key = name.lower()
+        i = self._names_in_use.get(key, 0)
+        if mark_as_used:
+            self._names_in_use[key] = i + 1
+        if i > 0:
+            base = key
+            while key in self._names_in_use:
+                key = f"{base}_{i}"
+                i += 1
+            if mark_as_used:
+                self._names_in_use[key] = 1
+            name = f"{name}_{i - 1}"
+        return name
+
+    @contextlib.contextmanager
+    def name_scope(self, name):
+        s = self._scopes()
+        old = s.name_stack
+        if name is None or name == "":
+            new = ""
+        elif name.endswith("/"):  # an absolute scope, reused as-is (TF semantics)
+            new = name
+        else:
+            if not _NAME_RE.match(name):
+                raise errors.InvalidArgumentError(f"{name!r} is not a valid scope name")
+            new = self.unique_name(name) + "/"
+        s.name_stack = new
+        try:
+            yield new
+        finally:
+            s.name_stack = old
+
+    # -- device and control-dependency scopes --------------------------------------------
+    @contextlib.contextmanager
+    def device(self, spec):
+        s = self._scopes()
+        if spec is None:
+            s.device_stack.append(DeviceSpec())
+        elif callable(spec) and not isinstance(spec, str | DeviceSpec):
+            raise errors.UnimplementedError("device functions are not supported; pass a device string")
+        else:
+            s.device_stack.append(s.device_stack[-1].merge_from(DeviceSpec.from_string(spec)))
+        try:
+            yield
+        finally:
+            s.device_stack.pop()
+
+    @contextlib.contextmanager
+    def control_dependencies(self, control_inputs):
+        s = self._scopes()
+        old = s.control_stack
+        if control_inputs is None:
+            s.control_stack = []
+        else:
+            ops = []
+            for c in control_inputs:
+                if hasattr(c, "_as_graph_element"):
+                    c = c._as_graph_element()
+                if isinstance(c, Tensor):
+                    c = c.op
+                if not isinstance(c, Operation):
+                    raise errors.InvalidArgumentError(
+                        f"control_dependencies expects Operations or Tensors, got {c!r}")
+                if c.graph is not self:
+                    raise errors.InvalidArgumentError(f"control input '{c.name}' is from another graph")
+                ops.append(c)
+            s.control_stack = old + [ops]
+        try:
+            yield
+        finally:
+            s.control_stack = old
+
+    @contextlib.contextmanager
+    def container(self, name: str):
+        s = self._scopes()
+        old = s.container
+        s.container = name
+        try:
+            yield name
+        finally:
+            s.container = old
+
+    def _current_container(self) -> str:
+        return self._scopes().container
+
+    # -- lookup --------------------------------------------------------------------------
+    def get_operations(self) -> list[Operation]:
+        return list(self._nodes)
+
+    def get_operation_by_name(self, name: str) -> Operation:
+        if not isinstance(name, str):
+            raise errors.InvalidArgumentError(f"operation names are strings, got {name!r}")
+        try:
+            return self._by_name[name]
+        except KeyError:
+            hint = " (that is a tensor name; use get_tensor_by_name)" if ":" in name else ""
+            raise errors.NotFoundError(f"the graph has no operation named {name!r}{hint}") from None
+
+    def get_tensor_by_name(self, name: str) -> Tensor:
+        if not isinstance(name, str) or ":" not in name:
+            raise errors.InvalidArgumentError(
+                f"{name!r} is not a tensor name; tensor names look like 'op_name:output_index'")
+        op_name, _, idx = name.rpartition(":")
+        op = self.get_operation_by_name(op_name)
+        try:
+            i = int(idx)
+            return op._outputs[i]
+        except (ValueError, IndexError):
+            raise errors.NotFoundError(
+                f"operation '{op_name}' ({op.type}) has {len(op._outputs)} outputs; no tensor {name!r}") from None
+
+    def as_graph_element(self, obj, allow_tensor=True, allow_operation=True):
+        """Resolve a Tensor, Operation, Variable or name string to an element of this graph."""
+        if hasattr(obj, "_as_graph_element") and not isinstance(obj, Tensor | Operation):
+            obj = obj._as_graph_element()
+        if isinstance(obj, str):
+            obj = self.get_tensor_by_name(obj) if ":" in obj else self.get_operation_by_name(obj)
+        if isinstance(obj, Tensor | Operation):
+            if obj.graph is not self:
+                raise errors.InvalidArgumentError(f"{type(obj).__name__} '{obj.name}' is not an element of this graph")
+            if isinstance(obj, Tensor) and not allow_tensor:
+                raise errors.InvalidArgumentError(f"expected an operation, got tensor '{obj.name}'")
+            if isinstance(obj, Operation) and not allow_operation:
+                raise errors.InvalidArgumentError(f"expected a tensor, got operation '{obj.name}'")
+            return obj
+        raise errors.InvalidArgumentError(
+            f"cannot interpret {obj!r} (a {type(obj).__name__}) as a Tensor or Operation")
+
+    # -- collections ---------------------------------------------------------------------
+    def add_to_collection(self, name, value):
+        self._collections.setdefault(name, []).append(value)
+
+    def add_to_collections(self, names, value):
+        for n in ([names] if isinstance(names, str) else set(names)):
+            self.add_to_collection(n, value)
+
+    def get_collection_ref(self, name):
+        return self._collections.setdefault(name, [])
+
+    def get_collection(self, name, scope=None):
+        items = self._collections.get(name, [])
+        if scope is None:
+            return list(items)
+        rx = re.compile(scope)
+        return [x for x in items if getattr(x, "name", None) is not None and rx.match(x.name)]
+
+    def get_all_collection_keys(self):
+        return [k for k, v in self._collections.items() if v]
+
+    def clear_collection(self, name):
+        self._collections.pop(name, None)
+
+    # -- node creation ------------------------------------------------------------------
+    def _add_op(self, op_def: OpDef, name, inputs, attrs, output_dtypes) -> Operation:
+        if self._finalized:
+            raise errors.FailedPreconditionError(
+                f"graph is finalized and cannot be modified (adding {op_def.name} '{name}')")
+        s = self._scopes()
+        control = []
+        input_ops = {t.op for t in inputs}
+        for group in s.control_stack:
+            for c in group:
+                if c not in control and c not in input_ops:
+                    control.append(c)
+        device = s.device_stack[-1].to_string()
+        with self._lock:
+            op = Operation(self, name, op_def, inputs, control, attrs, output_dtypes, device)
+            self._nodes.append(op)
+            self._by_name[name] = op
+            self._version += 1
+        return op
+
+    def create_op(self, op_type, inputs, dtypes_=None, input_types=None, name=None, attrs=None,
+                  **_ignored) -> Operation:
+        """TF1-compatible low-level constructor (flat inputs); prefer the op wrappers."""
+        out = apply_op(op_type, list(inputs), attrs or {}, name=name, graph=self, _flat=True)
+        return out if isinstance(out, Operation) else (out[0].op if isinstance(out, tuple) else out.op)
+
+    # -- serialisation -----------------------------------------------------------------
+    def as_graph_def(self, add_shapes=False) -> dict:
+        from tensorweave.framework.serialization import graph_to_dict
+        return graph_to_dict(self, add_shapes=add_shapes)
+
+    @classmethod
+    def from_graph_def(cls, graph_def: dict) -> Graph:
+        from tensorweave.framework.serialization import import_graph_def
+        g = cls()
+        with g.as_default():
+            import_graph_def(graph_def, name="")
+        return g
+
+    def __repr__(self):
+        return f"<tw.Graph with {len(self._nodes)} ops>"
+
+
+# ----------------------------------------------------------------------------------------
+# default graph
+_global_default_graph: Graph | None = None
+_thread_local = threading.local()
+
+
+def _default_graph_stack() -> list:
+    st = getattr(_thread_local, "stack", None)
+    if st is None:
+        st = _thread_local.stack = []
+    return st
+
+
+def get_default_graph() -> Graph:
+    global _global_default_graph
+    st = _default_graph_stack()
+    if st:
+        return st[-1]
+    if _global_default_graph is None:
+        _global_default_graph = Graph()
+    return _global_default_graph
+
+
+def reset_default_graph() -> None:
+    global _global_default_graph
+    if _default_graph_stack():
+        raise errors.FailedPreconditionError(
+            "reset_default_graph() called inside a `with graph.as_default()` block")
+    _global_default_graph = Graph()
+
+
+# ----------------------------------------------------------------------------------------
+# conversion of Python values
+_conversion_functions: list[tuple[type, Callable]] = []
+
+
+def register_tensor_conversion_function(base_type, conversion_func) -> None:
+    """Teach ``convert_to_tensor`` about a new type (conversion_func(value, dtype, name))."""
+    _conversion_functions.append((base_type, conversion_func))
+
+
+def convert_to_tensor(value, dtype=None, name=None, preferred_dtype=None, graph: Graph | None = None) -> Tensor:
+    if dtype is not None:
+        dtype = dtypes.as_dtype(dtype)
+    if isinstance(value, Tensor):
+        if dtype is not None and value.dtype is not dtype:
+            raise errors.InvalidArgumentError(
+                f"tensor '{value.name}' has dtype {value.dtype.name}, but {dtype.name} was expected "
+                "(use tw.cast to convert)")
+        return value
+    for base, fn in _conversion_functions:
+        if isinstance(value, base):
+            t = fn(value, dtype, name)
+            if dtype is not None and t.dtype is not dtype:
+                raise errors.InvalidArgumentError(
+                    f"'{getattr(value, 'name', value)}' has dtype {t.dtype.name}, but {dtype.name} was expected")
+            return t
+    if isinstance(value, Operation):
+        raise errors.InvalidArgumentError(
+            f"operation '{value.name}' ({value.type}) has no value to use as a tensor; pass one of its outputs")
+    if isinstance(value, list | tuple) and any(isinstance(v, Tensor) or hasattr(v, "_as_graph_element") for v in _flatten(value)):
+        from tensorweave.ops import array_ops
+        return array_ops.stack(list(value), name=name or "packed")
+    arr = _to_const_array(value, dtype if dtype is not None else preferred_dtype, name)
+    from tensorweave.ops import array_ops
+    g = graph or get_default_graph()
+    with g.as_default():
+        return array_ops.constant(arr, dtype=dtypes.as_dtype(arr.dtype) if arr.dtype != object else dtypes.string,
+                                  name=name or "Const")
+
+
+def _flatten(value):
+    for v in value:
+        if isinstance(v, list | tuple):
+            yield from _flatten(v)
+        else:
+            yield v
+
+
+def _to_const_array(value, dtype, name=None) -> np.ndarray:
+    """Convert a Python/NumPy value to a constant array, refusing lossy conversions."""
+    what = f" for '{name}'" if name else ""
+    if dtype is None:
+        dtype = dtypes.dtype_of_value(value)
+        return dtypes.to_numpy(value, dtype)
+    try:
+        raw = np.asarray(value) if not dtype.is_string else None
+    except (ValueError, TypeError) as e:
+        raise errors.InvalidArgumentError(f"cannot convert {value!r}{what} to a tensor: {e}") from None
+    if dtype.is_string:
+        return dtypes.to_numpy(value, dtype)
+    if raw.dtype.kind in "OSU":
+        raise errors.InvalidArgumentError(f"expected {dtype.name}{what}, got {value!r} of type {type(value).__name__}")
+    ok = (
+        (raw.dtype.kind == "b" and (dtype.is_bool or dtype.is_numeric))
+        or (raw.dtype.kind in "iu" and (dtype.is_numeric or (dtype.is_bool and raw.size == 0)))
+        or (raw.dtype.kind == "f" and (dtype.is_floating or dtype.is_complex))
+        or (raw.dtype.kind == "c" and dtype.is_complex)
+    )
+    if raw.dtype.kind == "f" and dtype.is_integer and raw.size and np.all(np.isfinite(raw)) and np.all(raw == np.round(raw)) \
+            and not isinstance(value, np.ndarray | np.generic):
+        ok = True  # a Python 2.0 where an int is expected is fine, as in TF
+    if not ok:
+        raise errors.InvalidArgumentError(
+            f"expected {dtype.name}{what}, got {value!r} of type {type(value).__name__} ({raw.dtype}); "
+            "the conversion would lose information")
+    if dtype.is_integer and raw.dtype.kind in "iu" and raw.size:
+        info = np.iinfo(dtype.np_dtype)
+        if raw.min() < info.min or raw.max() > info.max:
+            raise errors.InvalidArgumentError(f"value {value!r}{what} is out of range for {dtype.name}")
+    return raw.astype(dtype.np_dtype, copy=False)
+
+
+# ----------------------------------------------------------------------------------------
+# building a node
+def _graph_of(values, graph: Graph | None) -> Graph:
+    found = graph
+    for v in values:
+        if isinstance(v, list | tuple):
+            found = _graph_of(v, found)
+            continue
+        g = getattr(v, "graph", None) if isinstance(v, Tensor) or hasattr(v, "_as_graph_element") else None
+        if g is None:
+            continue
+        if found is None:
+            found = g
+        elif g is not found:
+            raise errors.InvalidArgumentError(
+                f"'{getattr(v, 'name', v)}' is from a different graph than the other inputs; "
+                "all inputs of an op must belong to one graph")
+    return found or get_default_graph()
+
+
+def _registry():
+    from tensorweave import plugins
+    return plugins.registry().ops
+
+
+def apply_op(op_type: str, inputs=(), attrs: dict | None = None, name: str | None = None,
+             graph: Graph | None = None, _flat: bool = False, _exact_name: str | None = None):
+    """Add a node of ``op_type`` to the graph and return its output(s).
+
+    ``inputs`` has one entry per input argument of the op (a list for list arguments).
+    Returns a Tensor for one output, a tuple for several, the Operation for none.
+    """
+    op_def = _registry().get(op_type)
+    attrs = dict(attrs) if attrs else {}
+    if _flat:
+        inputs = _regroup_flat(op_def, list(inputs))
+    g = _graph_of(inputs, graph)
+    node_name = _exact_name or g.unique_name(name or op_type)
+    where = f"{op_type} node '{node_name}'"
+
+    if len(inputs) != len(op_def.inputs):
+        raise errors.InvalidArgumentError(
+            f"{where}: expected {len(op_def.inputs)} inputs "
+            f"({', '.join(a.name for a in op_def.inputs)}), got {len(inputs)}")
+
+    # 1. Infer type attrs from inputs that are already tensors (TF's op_def_library order).
+    type_src: dict[str, str] = {}
+    for arg, val in zip(op_def.inputs, inputs):
+        if arg.is_ref and hasattr(val, "_ref"):
+            val = val._ref()
+        vals = val if arg.is_list else [val]
+        if arg.is_list and not isinstance(val, list | tuple):
+            raise errors.InvalidArgumentError(f"{where}: input '{arg.name}' must be a list of tensors, got {val!r}")
+        for v in vals:
+            dt = _known_dtype(v)
+            if dt is None or arg.type_attr is None:
+                continue
+            prev = attrs.get(arg.type_attr)
+            if prev is None:
+                attrs[arg.type_attr] = dt
+                type_src[arg.type_attr] = f"input '{arg.name}'"
+            elif dtypes.as_dtype(prev) is not dt:
+                src = type_src.get(arg.type_attr, f"attr {arg.type_attr}")
+                raise errors.InvalidArgumentError(
+                    f"{where}: input '{arg.name}' has dtype {dt.name} but {src} has dtype "
+                    f"{dtypes.as_dtype(prev).name}; both must have the same type {arg.type_attr} "
+                    "(use tw.cast to convert one)")
+
+    # 2. Convert the remaining Python values now that types are known.
+    flat_inputs: list[Tensor] = []
+    with g.as_default():
+        for arg, val in zip(op_def.inputs, inputs):
+            if arg.is_ref:
+                val = val._ref() if hasattr(val, "_ref") else val
+                if not (isinstance(val, Tensor) and val.op.op_def.outputs_ref):
+                    raise errors.InvalidArgumentError(
+                        f"{where}: input '{arg.name}' must be a variable, got "
+                        f"{getattr(val, 'name', repr(val))}" + (f" from {val.op.type}" if isinstance(val, Tensor) else ""))
+            vals = list(val) if arg.is_list else [val]
+            if arg.number_attr:
+                n = attrs.setdefault(arg.number_attr, len(vals))
+                if n != len(vals):
+                    raise errors.InvalidArgumentError(
+                        f"{where}: list input '{arg.name}' has {len(vals)} tensors but {arg.number_attr}={n}")
+            want = arg.fixed_dtype
+            if want is None and arg.type_attr:
+                known = attrs.get(arg.type_attr)
+                if known is None:
+                    known = op_def.attrs[arg.type_attr].default
+                want = None if known is None else dtypes.as_dtype(known)
+            converted = []
+            for i, v in enumerate(vals):
+                try:
+                    t = convert_to_tensor(v, dtype=want, name=None) if not isinstance(v, Tensor) else v
+                except errors.InvalidArgumentError as e:
+                    raise errors.InvalidArgumentError(f"{where}: input '{arg.name}': {e}") from None
+                if want is not None and t.dtype is not want:
+                    raise errors.InvalidArgumentError(
+                        f"{where}: input '{arg.name}' must have dtype {want.name}, got {t.dtype.name} "
+                        f"from '{t.name}'")
+                if t.graph is not g:
+                    raise errors.InvalidArgumentError(f"{where}: input '{t.name}' is from a different graph")
+                converted.append(t)
+            if arg.type_attr and converted:
+                attrs.setdefault(arg.type_attr, converted[0].dtype)
+            if arg.type_list_attr:
+                attrs.setdefault(arg.type_list_attr, [t.dtype for t in converted])
+            flat_inputs.extend(converted)
+
+    # 3. Attrs: defaults, types, allowed values; nothing missing.
+    checked = {}
+    for a in op_def.attrs.values():
+        if a.name in attrs and attrs[a.name] is not None:
+            checked[a.name] = check_attr_value(op_type, node_name, a, attrs[a.name])
+        elif a.has_default:
+            checked[a.name] = a.default
+        elif a.name in attrs:  # explicitly None, and None is allowed only via default
+            raise errors.InvalidArgumentError(f"{where}: attr {a.name!r} must not be None")
+        else:
+            raise errors.InvalidArgumentError(
+                f"{where}: missing required attr {a.name!r} ({a.type})")
+    unknown = set(attrs) - set(op_def.attrs)
+    unknown = {k for k in unknown if not k.startswith("_")}
+    if unknown:
+        raise errors.InvalidArgumentError(
+            f"{where}: unknown attr(s) {sorted(unknown)}; {op_type} has {sorted(op_def.attrs)}")
+    for k, v in attrs.items():
+        if k.startswith("_"):
+            checked[k] = v
+
+    # 4. Output dtypes.
+    out_dtypes = []
+    for arg in op_def.outputs:
+        if arg.fixed_dtype is not None:
+            dt = [arg.fixed_dtype]
+        elif arg.type_list_attr:
+            dt = list(checked[arg.type_list_attr])
+        else:
+            dt = [checked[arg.type_attr]]
+        if arg.number_attr:
+            dt = dt * checked[arg.number_attr]
+        out_dtypes.extend(dtypes.as_dtype(d) for d in dt)
+
+    op = g._add_op(op_def, node_name, flat_inputs, checked, out_dtypes)
+
+    # 5. Static shapes.
+    if op_def.shape_fn is not None:
+        try:
+            shapes = op_def.shape_fn(op)
+        except errors.InvalidArgumentError as e:
+            _remove_last_op(g, op)
+            raise errors.InvalidArgumentError(f"{where}: {e.message}", node_def=node_name) from None
+        except Exception:
+            _remove_last_op(g, op)
+            raise
+        if isinstance(shapes, TensorShape) or shapes is None:
+            shapes = [shapes]
+        for t, s in zip(op._outputs, shapes):
+            if s is not None:
+                t._shape = as_shape(s)
+
+    outs = op._outputs
+    if not outs:
+        return op
+    if len(outs) == 1 and not op_def.outputs[0].is_list:
+        return outs[0]
+    return tuple(outs)
+
+
+def _remove_last_op(g: Graph, op: Operation) -> None:
+    """Undo adding ``op`` whose construction failed, so the graph is left unchanged."""
+    with g._lock:
+        if g._nodes and g._nodes[-1] is op:
+            g._nodes.pop()
+            del g._by_name[op.name]
+
+
+def _known_dtype(v) -> dtypes.DType | None:
+    if isinstance(v, Tensor):
+        return v.dtype
+    if hasattr(v, "_as_graph_element") and hasattr(v, "dtype"):
+        return dtypes.as_dtype(v.dtype)
+    return None
+
+
+def _regroup_flat(op_def: OpDef, flat: list) -> list:
+    """Group a flat input list (GraphDef order) into one entry per input argument."""
+    out, i = [], 0
+    n_list_args = sum(1 for a in op_def.inputs if a.is_list)
+    n_fixed = len(op_def.inputs) - n_list_args
+    for arg in op_def.inputs:
+        if arg.is_list:
+            n = len(flat) - i - (n_fixed - sum(1 for a in out if not isinstance(a, list)))
+            take = max(n, 0) if n_list_args == 1 else None
+            if take is None:
+                raise errors.UnimplementedError(f"{op_def.name}: cannot regroup several list inputs")
+            out.append(flat[i:i + take])
+            i += take
+        else:
+            out.append(flat[i])
+            i += 1
+    return out
+
+
+# ----------------------------------------------------------------------------------------
+# constant folding helper for shape functions
+def constant_value(t: Tensor) -> Any:
+    """The value of ``t`` when it is known at construction time (Const, Shape of a fully
+    defined tensor, ...), else None. Shape functions use it for e.g. Reshape's shape."""
+    if not isinstance(t, Tensor):
+        return None
+    op = t.op
+    typ = op.type
+    if typ == "Const":
+        return op.get_attr("value")
+    if typ == "Shape" and t.op.inputs[0].shape.is_fully_defined():
+        return np.array(op.inputs[0].shape.as_list(), dtype=t.dtype.np_dtype)
+    if typ == "Size" and t.op.inputs[0].shape.is_fully_defined():
+        return np.array(op.inputs[0].shape.num_elements(), dtype=t.dtype.np_dtype)
+    if typ == "Rank" and t.op.inputs[0].shape.ndims is not None:
+        return np.array(op.inputs[0].shape.ndims, dtype=np.int32)
+    if typ in ("Identity", "StopGradient"):
+        return constant_value(op.inputs[0])
+    if typ == "Cast":
+        v = constant_value(op.inputs[0])
+        return None if v is None else np.asarray(v).astype(t.dtype.np_dtype)
+    if typ == "Pack":
+        vals = [constant_value(x) for x in op.inputs]
+        if any(v is None for v in vals):
+            return None
+        return np.stack(vals, axis=op.get_attr("axis"))
+    return None
+
+
+def constant_value_as_shape(t: Tensor) -> TensorShape:
+    """Interpret a 1-D int tensor as a shape, keeping whatever elements are known."""
+    v = constant_value(t)
+    if v is not None:
+        return TensorShape([None if d < 0 else int(d) for d in np.asarray(v).reshape(-1)])
+    if t.op.type == "Shape":
+        return t.op.inputs[0].shape
+    if t.op.type == "Pack":
+        dims = []
+        for x in t.op.inputs:
+            xv = constant_value(x)
+            dims.append(None if xv is None or int(xv) < 0 else int(xv))
+        return TensorShape(dims)
+    if t.shape.ndims == 1 and t.shape[0] is not None:
+        return TensorShape([None] * t.shape[0])
+    return TensorShape(None)

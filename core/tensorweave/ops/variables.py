@@ -1,0 +1,150 @@
+"""``tw.Variable``: a persistent tensor with an initializer, and the initializer helpers."""
+
+from __future__ import annotations
+
+from tensorweave.framework import errors
+from tensorweave.framework.graph import (GraphKeys, Tensor, convert_to_tensor, get_default_graph,
+                                         register_tensor_conversion_function)
+from tensorweave.ops import array_ops, control_ops, state_ops
+
+
+class Variable:
+    """A variable: a Variable node, its initializer (an Assign) and a read snapshot.
+
+    ``initial_value`` may be a Tensor, a Python/NumPy value, or a callable returning one.
+    Used in an expression, a Variable reads its current value (``v + 1``).
+    """
+
+    def __init__(self, initial_value=None, trainable=True, collections=None, validate_shape=True,
+                 name=None, dtype=None, expected_shape=None, container=None):
+        if initial_value is None:
+            raise errors.InvalidArgumentError("tw.Variable needs an initial_value")
+        g = get_default_graph()
+        with g.name_scope(name or "Variable") as scope:
+            base = scope.rstrip("/")
+            with g.control_dependencies(None):  # the initial value must not wait for anything
+                init = initial_value() if callable(initial_value) else initial_value
+                init = convert_to_tensor(init, dtype=dtype, name="initial_value")
+            shape = init.shape if validate_shape else None
+            # The Variable node takes the scope's own (already unique) name, as in TF1.
+            self._variable = state_ops.variable_op(shape, init.dtype, container=container, exact_name=base)
+            self._initial_value = init
+            self._initializer_op = state_ops.assign(self._variable, init, validate_shape=validate_shape,
+                                                    name="Assign").op
+            self._snapshot = array_ops.identity(self._variable, name="read")
+        self._trainable = trainable
+        if collections is None:
+            collections = [GraphKeys.GLOBAL_VARIABLES]
+        if trainable and GraphKeys.TRAINABLE_VARIABLES not in collections:
+            collections = list(collections) + [GraphKeys.TRAINABLE_VARIABLES]
+        g.add_to_collections(collections, self)
+
+    # identity and naming
+    name = property(lambda self: self._variable.name)
+    op = property(lambda self: self._variable.op)
+    dtype = property(lambda self: self._variable.dtype)
+    graph = property(lambda self: self._variable.graph)
+    device = property(lambda self: self._variable.device)
+    shape = property(lambda self: self._variable.shape)
+    initializer = property(lambda self: self._initializer_op)
+    initial_value = property(lambda self: self._initial_value)
+    trainable = property(lambda self: self._trainable)
+
+    def get_shape(self):
+        return self._variable.shape
+
+    def value(self) -> Tensor:
+        """The snapshot read of this variable (``Variable/read``)."""
+        return self._snapshot
+
+    def read_value(self) -> Tensor:
+        return array_ops.identity(self._variable, name="read")
+
+    def _ref(self) -> Tensor:
+        return self._variable
+
+    def _as_graph_element(self):
+        return self._variable
+
+    def assign(self, value, use_locking=False, name=None, read_value=True):
+        return state_ops.assign(self._variable, value, use_locking=use_locking, name=name)
+
+    def assign_add(self, delta, use_locking=False, name=None, read_value=True):
+        return state_ops.assign_add(self._variable, delta, use_locking=use_locking, name=name)
+
+    def assign_sub(self, delta, use_locking=False, name=None, read_value=True):
+        return state_ops.assign_sub(self._variable, delta, use_locking=use_locking, name=name)
+
+    def eval(self, session=None):
+        return self._variable.eval(session=session)
+
+    def load(self, value, session=None):
+        """Assign ``value`` from Python (feeds it into the initializer's Assign)."""
+        from tensorweave.runtime.session import _session_for
+
+        _session_for(session, self.graph, "Variable.load()").run(
+            self._initializer_op, {self._initializer_op.inputs[1]: value})
+
+    def is_initialized(self):
+        return state_ops.is_variable_initialized(self._variable)
+
+    def __repr__(self):
+        return f"<tw.Variable '{self.name}' shape={self.shape} dtype={self.dtype.name}>"
+
+    # Variables behave like their value in expressions.
+    __array_priority__ = 100
+
+
+def _forward(name):
+    def f(self, *a):
+        return getattr(self._snapshot, name)(*a)
+    return f
+
+
+for _m in ("__add__", "__radd__", "__sub__", "__rsub__", "__mul__", "__rmul__", "__truediv__", "__rtruediv__",
+           "__floordiv__", "__rfloordiv__", "__mod__", "__rmod__", "__pow__", "__rpow__", "__matmul__",
+           "__rmatmul__", "__lt__", "__le__", "__gt__", "__ge__", "__neg__", "__abs__", "__getitem__",
+           "__and__", "__or__", "__invert__"):
+    setattr(Variable, _m, _forward(_m))
+
+
+def _convert_variable(v, dtype=None, name=None):
+    return v._snapshot
+
+
+register_tensor_conversion_function(Variable, _convert_variable)
+
+
+def global_variables(scope=None):
+    return get_default_graph().get_collection(GraphKeys.GLOBAL_VARIABLES, scope)
+
+
+all_variables = global_variables
+
+
+def trainable_variables(scope=None):
+    return get_default_graph().get_collection(GraphKeys.TRAINABLE_VARIABLES, scope)
+
+
+def local_variables(scope=None):
+    return get_default_graph().get_collection(GraphKeys.LOCAL_VARIABLES, scope)
+
+
+def variables_initializer(var_list, name="init"):
+    """An op that runs the initializers of ``var_list``."""
+    var_list = list(var_list)
+    if not var_list:
+        return control_ops.no_op(name=name)
+    return control_ops.group(*[v.initializer for v in var_list], name=name)
+
+
+def global_variables_initializer():
+    return variables_initializer(global_variables(), name="init")
+
+
+initialize_all_variables = global_variables_initializer
+
+
+def local_variables_initializer():
+    return variables_initializer(local_variables(), name="init_local")
+

@@ -1,0 +1,57 @@
+"""Session configuration and per-run options/metadata (TF1 ``ConfigProto``, ``RunOptions``,
+``RunMetadata``), as plain Python objects."""
+
+from __future__ import annotations
+
+import dataclasses
+
+
+@dataclasses.dataclass
+class GraphOptions:
+    """Graph optimisation switches (passes look at these)."""
+
+    enable_cse: bool = True
+    enable_constant_folding: bool = True
+
+
+@dataclasses.dataclass
+class ConfigProto:
+    """Session configuration.
+
+    ``inter_op_parallelism_threads``: 0 = choose automatically (a thread pool of one thread
+    per core, used only for plans with independent expensive nodes); 1 = always run
+    sequentially; N > 1 = a pool of N threads. ``device_count`` limits devices per type
+    (``{"CPU": 1, "OPENCL": 0}``). ``allocator``: name of a registered allocator per device
+    type (``{"CPU": "pool"}``). ``placer``: name of a registered placer.
+    """
+
+    inter_op_parallelism_threads: int = 0
+    intra_op_parallelism_threads: int = 0
+    device_count: dict = dataclasses.field(default_factory=dict)
+    log_device_placement: bool = False
+    allow_soft_placement: bool = False
+    allocator: dict = dataclasses.field(default_factory=dict)
+    placer: str = "default"
+    graph_options: GraphOptions = dataclasses.field(default_factory=GraphOptions)
+    operation_timeout_in_ms: int = 0
+
+
+@dataclasses.dataclass
+class RunOptions:
+    NO_TRACE = 0
+    SOFTWARE_TRACE = 1
+    HARDWARE_TRACE = 2
+    FULL_TRACE = 3
+
+    trace_level: int = 0
+    timeout_in_ms: int = 0
+
+
+@dataclasses.dataclass
+class RunMetadata:
+    """Filled by ``Session.run(..., run_metadata=md)``: per-node timings when tracing, the
+    placement of the plan that ran, and allocator statistics per device."""
+
+    step_stats: list = dataclasses.field(default_factory=list)
+    placement: dict = dataclasses.field(default_factory=dict)
+    allocator_stats: dict = dataclasses.field(default_factory=dict)

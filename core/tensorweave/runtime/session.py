@@ -1,0 +1,396 @@
+"""``tw.Session``: runs (parts of) a graph many times (whitepaper 2, 4.2).
+
+``run`` looks up a cached execution plan for (graph version, fetch structure, feed keys); on
+a miss it builds one: passes (pruning first) -> placement -> per-device compiled partitions.
+Per call, what is left is converting feeds, one pass over the compiled steps, and
+re-packing the fetched values into the caller's structure.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import sys
+import threading
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from tensorweave.framework import dtypes, errors
+from tensorweave.framework import graph as graph_mod
+from tensorweave.framework.graph import Operation, Tensor
+from tensorweave.runtime.config import ConfigProto, RunOptions
+from tensorweave.runtime.containers import SessionResources, process_resources
+from tensorweave.runtime.device import create_local_devices
+from tensorweave.runtime.executor import CompiledPartition, StepContext
+
+_session_ids = itertools.count(1)
+
+
+# ----------------------------------------------------------------------------------------
+# fetch structures
+def _structure_key(f):
+    """A hashable key for a fetch structure (Tensors/ops by identity, names by value)."""
+    if isinstance(f, Tensor | Operation | str):
+        return f
+    if isinstance(f, list):
+        return ("L",) + tuple(_structure_key(x) for x in f)
+    if isinstance(f, tuple):
+        return (type(f),) + tuple(_structure_key(x) for x in f)
+    if isinstance(f, dict):
+        return ("D", type(f)) + tuple((k, _structure_key(v)) for k, v in f.items())
+    return f  # Variables and other graph-element-like objects hash by identity
+
+
+class _FetchMapper:
+    """Flattens a nested fetch structure into unique tensors/targets and rebuilds it."""
+
+    def __init__(self, graph, fetches):
+        self.tensors: list[Tensor] = []
+        self.targets: list[Operation] = []
+        self._tindex: dict = {}
+        self._builder = self._compile(graph, fetches)
+
+    def _compile(self, graph, f):
+        if f is None:
+            raise errors.InvalidArgumentError("fetch argument None is invalid: fetch a Tensor, Operation or name")
+        if isinstance(f, list | tuple) and not hasattr(f, "_as_graph_element"):
+            subs = [self._compile(graph, x) for x in f]
+            if isinstance(f, list):
+                return lambda vals: [b(vals) for b in subs]
+            if hasattr(f, "_fields"):  # namedtuple
+                cls = type(f)
+                return lambda vals: cls(*[b(vals) for b in subs])
+            return lambda vals: tuple(b(vals) for b in subs)
+        if isinstance(f, dict):
+            cls = type(f)
+            subs = [(k, self._compile(graph, v)) for k, v in f.items()]
+            return lambda vals: cls((k, b(vals)) for k, b in subs)
+        try:
+            el = graph.as_graph_element(f)
+        except errors.NotFoundError:
+            raise
+        except errors.InvalidArgumentError as e:
+            raise errors.InvalidArgumentError(f"cannot fetch {f!r}: {e.message}") from None
+        if isinstance(el, Operation):
+            if el not in self.targets:
+                self.targets.append(el)
+            return lambda vals: None
+        i = self._tindex.get(el)
+        if i is None:
+            i = self._tindex[el] = len(self.tensors)
+            self.tensors.append(el)
+        return lambda vals: vals[i]
+
+    def build(self, values):
+        return self._builder(values)
+
+
+# ----------------------------------------------------------------------------------------
+def _feed_converter(t: Tensor):
+    """A function that checks and converts one fed value for tensor ``t``."""
+    dt = t.dtype
+    np_dt = dt.np_dtype
+    static = t.shape.as_tuple()
+    full = t.shape.is_fully_defined()
+
+    def bad_shape(arr):
+        return errors.InvalidArgumentError(
+            f"cannot feed value of shape {tuple(arr.shape)} for tensor '{t.name}', which has "
+            f"shape {t.shape}")
+
+    def convert(v):
+        if type(v) is np.ndarray and v.dtype == np_dt:
+            arr = v
+        else:
+            arr = _convert_feed_value(v, t)
+        if static is not None:
+            shp = arr.shape
+            if full:
+                if shp != static:
+                    raise bad_shape(arr)
+            elif len(shp) != len(static) or any(d is not None and d != s for d, s in zip(static, shp)):
+                raise bad_shape(arr)
+        return arr
+
+    return convert
+
+
+def _convert_feed_value(v, t: Tensor) -> np.ndarray:
+    dt = t.dtype
+    if isinstance(v, Tensor | Operation):
+        raise errors.InvalidArgumentError(
+            f"the value fed for '{t.name}' is a tw.Tensor ('{v.name}'); feed NumPy arrays or Python values "
+            "(run the tensor first to get its value)")
+    if dt.is_string:
+        return dtypes.to_numpy(v, dt)
+    try:
+        raw = np.asarray(v)
+    except (ValueError, TypeError) as e:
+        raise errors.InvalidArgumentError(f"cannot feed {type(v).__name__} value for tensor '{t.name}': {e}") from None
+    if raw.dtype.kind in "OSUV" or not (np.can_cast(raw.dtype, np_dt := dt.np_dtype, "same_kind")
+                                          or (raw.dtype.kind == "b" and dt.is_bool)):
+        # Python ints fed to float tensors are fine; floats to int tensors lose data.
+        raise errors.InvalidArgumentError(
+            f"cannot feed value of dtype {raw.dtype} for tensor '{t.name}' of dtype {dt.name}")
+    return raw.astype(np_dt, copy=False)
+
+
+class _Plan:
+    """A compiled execution plan for one (fetches, feeds) signature of one graph version."""
+
+    def __init__(self, session, fetches, feed_keys):
+        graph = session._graph
+        self.mapper = _FetchMapper(graph, fetches)
+        self.feeds: list[Tensor] = []
+        for k in feed_keys:
+            try:
+                t = graph.as_graph_element(k, allow_operation=False)
+            except errors.InvalidArgumentError as e:
+                raise errors.InvalidArgumentError(f"cannot feed {k!r}: {e.message}") from None
+            if t in self.feeds:
+                raise errors.InvalidArgumentError(f"tensor '{t.name}' is fed twice")
+            self.feeds.append(t)
+        self.fetches = self.mapper.tensors
+        self.targets = self.mapper.targets
+        self.converters = [_feed_converter(t) for t in self.feeds]
+        self.nodes = []
+        from tensorweave import plugins
+
+        reg = plugins.registry()
+        for _name, fn in reg.passes.ordered():
+            fn(self)
+        placer = reg.placers.get(session._config.placer)
+        placement = placer.place(self.nodes, session._devices, reg.kernels, session._config)
+        used = {d.name: d for d in placement.values()}
+        if len(used) > 1:
+            raise errors.UnimplementedError(
+                f"this plan spans devices {sorted(used)}; executing across devices needs the "
+                "Send/Recv partitioner, which is not implemented yet")
+        device = next(iter(used.values()), session._devices[0])
+        self.placement = {op.name: d.name for op, d in placement.items()}
+        if session._config.log_device_placement:
+            for op, d in placement.items():
+                print(f"{op.name}: ({op.type}): {d.name}", file=sys.stderr)
+        self.partition = CompiledPartition(
+            self.nodes, self.feeds, self.fetches, device, reg.kernels, session._resources,
+            session._kernel_cache, session)
+        threads = session._config.inter_op_parallelism_threads
+        self.dynamic = self.partition.has_async or (
+            threads != 1 and self.partition.parallelizable)
+        self.device = device
+
+
+class Session:
+    """A connection to a runtime that owns devices and state and runs graphs.
+
+    ``target`` "" runs in this process. ``graph`` defaults to the default graph.
+    """
+
+    def __init__(self, target: str = "", graph=None, config: ConfigProto | None = None):
+        if target not in ("", None, "local"):
+            raise errors.UnimplementedError(
+                f"session target {target!r}: distributed sessions (grpc://, ucx://) need the "
+                "distributed runtime, which is not implemented yet; use Session() for local execution")
+        self._graph = graph if graph is not None else graph_mod.get_default_graph()
+        self._config = config or ConfigProto()
+        self._id = next(_session_ids)
+        self._devices = create_local_devices(self._config)
+        for d in self._devices:
+            alloc_name = (self._config.allocator or {}).get(d.device_type)
+            if alloc_name:
+                from tensorweave import plugins
+                factories = plugins.registry().allocators.for_device(d.device_type)
+                if alloc_name not in factories:
+                    raise errors.NotFoundError(
+                        f"no allocator {alloc_name!r} for device type {d.device_type} "
+                        f"(available: {sorted(factories)})")
+                d.allocator = factories[alloc_name](d)
+        self._resources = SessionResources(f"session {self._id}")
+        self._plans: dict = {}
+        self._plan_version = -1
+        self._kernel_cache: dict = {}
+        self._closed = False
+        self._step_ids = itertools.count(1)
+        self._pool: ThreadPoolExecutor | None = None
+        self._lock = threading.Lock()
+        self._default_ctx = None
+
+    graph = property(lambda self: self._graph)
+    sess_str = property(lambda self: "")
+
+    def list_devices(self):
+        return list(self._devices)
+
+    @property
+    def devices(self):
+        return list(self._devices)
+
+    # ------------------------------------------------------------------------------------
+    def run(self, fetches, feed_dict=None, options: RunOptions | None = None, run_metadata=None):
+        """Compute ``fetches`` (a Tensor, Operation, name, or nested list/tuple/dict of
+        them), feeding ``feed_dict`` ({Tensor or "name:0": value}) in place of tensors."""
+        if self._closed:
+            raise errors.FailedPreconditionError("attempted to use a closed Session")
+        g = self._graph
+        if self._plan_version != g._version:
+            self._plans.clear()
+            self._plan_version = g._version
+        feed_keys = tuple(feed_dict) if feed_dict else ()
+        try:
+            key = (_structure_key(fetches), feed_keys)
+            plan = self._plans.get(key)
+        except TypeError:  # something unhashable inside: build without caching
+            key, plan = None, None
+        if plan is None:
+            with self._lock:
+                plan = _Plan(self, fetches, feed_keys)
+                if key is not None:
+                    self._plans[key] = plan
+        feed_vals = [conv(feed_dict[k]) for conv, k in zip(plan.converters, feed_keys)] if feed_keys else ()
+        return plan.mapper.build(self._execute(plan, feed_vals, options, run_metadata))
+
+    def _execute(self, plan: _Plan, feed_vals, options, run_metadata):
+        part = plan.partition
+        step = StepContext(next(self._step_ids), None, options, self)
+        timeout = None
+        if options is not None and options.timeout_in_ms:
+            timeout = options.timeout_in_ms / 1000.0
+        elif self._config.operation_timeout_in_ms:
+            timeout = self._config.operation_timeout_in_ms / 1000.0
+        tracing = options is not None and options.trace_level and run_metadata is not None
+        if plan.dynamic:
+            out = part.run_dynamic(feed_vals, step, self._thread_pool(), timeout)
+        elif tracing:
+            out = part.run_traced(feed_vals, step, run_metadata.step_stats)
+        else:
+            out = part.run_sequential(feed_vals, step)
+        if run_metadata is not None:
+            run_metadata.placement = dict(plan.placement)
+            run_metadata.allocator_stats = {d.name: d.allocator.stats() for d in self._devices}
+        return out
+
+    def _thread_pool(self) -> ThreadPoolExecutor:
+        if self._pool is None:
+            n = self._config.inter_op_parallelism_threads or (os.cpu_count() or 2)
+            self._pool = ThreadPoolExecutor(max(n, 2), thread_name_prefix=f"tw-interop-{self._id}")
+        return self._pool
+
+    def make_callable(self, fetches, feed_list=None):
+        """A function ``f(*feed_values)`` that runs ``fetches`` with the plan looked up once."""
+        feed_list = tuple(feed_list or ())
+
+        def call(*values):
+            if len(values) != len(feed_list):
+                raise errors.InvalidArgumentError(f"expected {len(feed_list)} feed values, got {len(values)}")
+            return self.run(fetches, dict(zip(feed_list, values)))
+        return call
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._plans.clear()
+        self._kernel_cache.clear()
+        self._resources.local.reset()
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+
+    # ------------------------------------------------------------------------------------
+    def as_default(self):
+        return _DefaultSessionContext(self)
+
+    def __enter__(self):
+        self._default_ctx = _DefaultSessionContext(self, with_graph=True)
+        self._default_ctx.__enter__()
+        return self
+
+    def __exit__(self, *exc):
+        ctx, self._default_ctx = self._default_ctx, None
+        if ctx is not None:
+            ctx.__exit__(*exc)
+        self.close()
+        return False
+
+    def __del__(self):
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=False)
+
+    @staticmethod
+    def reset(target: str = "", containers=None, config=None) -> None:
+        """Clear named containers (all named ones when ``containers`` is None) of the
+        process: variables in them become uninitialised for every Session."""
+        if target not in ("", None, "local"):
+            raise errors.UnimplementedError(f"resetting containers on {target!r} needs the distributed runtime")
+        process_resources().reset(containers)
+
+
+class InteractiveSession(Session):
+    """A Session that installs itself as the default on construction (for shells)."""
+
+    def __init__(self, target="", graph=None, config=None):
+        super().__init__(target, graph, config)
+        self._interactive_ctx = _DefaultSessionContext(self, with_graph=True)
+        self._interactive_ctx.__enter__()
+
+    def close(self):
+        ctx = getattr(self, "_interactive_ctx", None)
+        if ctx is not None:
+            self._interactive_ctx = None
+            try:
+                ctx.__exit__(None, None, None)
+            except (IndexError, ValueError):
+                pass
+        super().close()
+
+
+# ----------------------------------------------------------------------------------------
+_local = threading.local()
+
+
+def _session_stack() -> list:
+    st = getattr(_local, "stack", None)
+    if st is None:
+        st = _local.stack = []
+    return st
+
+
+class _DefaultSessionContext:
+    def __init__(self, session, with_graph=False):
+        self.session = session
+        self.graph_ctx = session.graph.as_default() if with_graph else None
+
+    def __enter__(self):
+        _session_stack().append(self.session)
+        if self.graph_ctx is not None:
+            self.graph_ctx.__enter__()
+        return self.session
+
+    def __exit__(self, *exc):
+        if self.graph_ctx is not None:
+            self.graph_ctx.__exit__(*exc)
+        st = _session_stack()
+        if st and st[-1] is self.session:
+            st.pop()
+        elif self.session in st:
+            st.remove(self.session)
+        return False
+
+
+def get_default_session():
+    st = _session_stack()
+    return st[-1] if st else None
+
+
+def _session_for(session, graph, what: str) -> Session:
+    s = session or get_default_session()
+    if s is None:
+        raise errors.InvalidArgumentError(
+            f"cannot evaluate with {what}: no default session is registered. Use `with sess.as_default():` "
+            "or pass session=sess")
+    if s.graph is not graph:
+        raise errors.InvalidArgumentError(
+            f"cannot evaluate with {what}: the tensor's graph is different from the session's graph")
+    return s

@@ -1,0 +1,1 @@
+"""Test helpers and (later) the device conformance kit, a pytest plugin."""

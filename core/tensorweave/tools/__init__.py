@@ -1,0 +1,1 @@
+"""Command-line tools (``tensorweave plugins|devices|doctor``)."""

@@ -1,0 +1,1 @@
+"""Training: optimizers, Saver, checkpoint/restore. Filled in by the training issue."""

@@ -1,0 +1,80 @@
+"""The CPU device: tensors are NumPy arrays in host memory.
+
+The allocator accounts for the arrays kernels produce: an array is counted when produced and
+released when its last reference goes (``weakref.finalize``), so ``bytes_in_use`` and
+``peak_bytes_in_use`` follow real lifetimes. Tiny statically-shaped outputs are not counted
+(the executor decides that at plan time), which keeps per-node overhead low.
+"""
+
+from __future__ import annotations
+
+import os
+import weakref
+
+import numpy as np
+
+from tensorweave.runtime.device import Allocator, Device, DeviceFactory
+
+
+class CPUAllocator(Allocator):
+    name = "default"
+
+    def __init__(self, device_name="", memory_limit=None):
+        super().__init__(device_name, memory_limit)
+        self._live: dict[int, weakref.finalize] = {}
+
+    @classmethod
+    def for_device(cls, device):
+        return cls(device.name, device.memory_limit)
+
+    def allocate(self, shape, dtype) -> np.ndarray:
+        arr = np.empty(shape, dtype=dtype)
+        self.track(arr)
+        return arr
+
+    def track(self, value) -> None:
+        if type(value) is not np.ndarray:
+            return
+        base = value if value.base is None else value.base
+        if not isinstance(base, np.ndarray):
+            return
+        key = id(base)
+        if key in self._live:
+            return  # a view or the same array again: already counted
+        nbytes = base.nbytes
+        self._note_alloc(nbytes)
+        self._live[key] = weakref.finalize(base, self._release, key, nbytes)
+
+    def _release(self, key, nbytes):
+        self._live.pop(key, None)
+        self._note_free(nbytes)
+
+
+class CPUDevice(Device):
+    device_type = "CPU"
+
+    def to_device(self, array):
+        return np.asarray(array)
+
+    def to_host(self, value):
+        return value
+
+    def copy_from(self, value, src):
+        return src.to_host(value)
+
+
+class CPUDeviceFactory(DeviceFactory):
+    device_type = "CPU"
+
+    def count(self) -> int:
+        return 1
+
+    def create_devices(self, name_prefix, config=None):
+        name = f"{name_prefix}/device:CPU:0"
+        cores = os.cpu_count() or 1
+        dev = CPUDevice(name, None, description=f"NumPy {np.__version__} on {cores} cores")
+        dev.allocator = CPUAllocator(name)
+        return [dev]
+
+    def describe(self):
+        return [f"CPU:0 NumPy {np.__version__}, {os.cpu_count()} cores"]

@@ -1,0 +1,13 @@
+"""NumPy kernels, one module per op family. Each module's ``register(registry)`` registers
+its kernels for device type ``CPU``."""
+
+from __future__ import annotations
+
+import importlib
+
+FAMILIES = ("array", "math", "state", "control")
+
+
+def register_all(registry):
+    for family in FAMILIES:
+        importlib.import_module(f"tensorweave_cpu.kernels.{family}").register(registry)
