@@ -28,12 +28,12 @@ from tensorweave.framework.graph import (
 )
 from tensorweave.framework.serialization import import_graph_def
 from tensorweave.framework.tensor_shape import TensorShape
-from tensorweave.ops.array_ops import *  # noqa: F401,F403
-from tensorweave.ops.array_ops import constant, identity, placeholder, stack
+from tensorweave.ops import nn
+from tensorweave.ops.array_ops import *  # noqa: F401,F403  (each family lists its API in __all__)
 from tensorweave.ops.control_ops import group, no_op
 from tensorweave.ops.control_ops import tuple_ as tuple
 from tensorweave.ops.math_ops import *  # noqa: F401,F403
-from tensorweave.ops.math_ops import abs, add, cast, matmul, pow, round
+from tensorweave.ops.random_ops import *  # noqa: F401,F403
 from tensorweave.ops.state_ops import assign, assign_add, assign_sub, is_variable_initialized
 from tensorweave.ops.variables import (
     Variable, all_variables, global_variables, global_variables_initializer, initialize_all_variables,

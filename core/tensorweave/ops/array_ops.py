@@ -13,6 +13,8 @@ from tensorweave.framework.graph import _to_const_array, apply_op
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
 from tensorweave.ops import shape_fns
 
+__all__ = ["constant", "placeholder", "identity", "stack", "pack"]
+
 
 def _const_shape(op):
     return [TensorShape(np.shape(op.get_attr("value")))]

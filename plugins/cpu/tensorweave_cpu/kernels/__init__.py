@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("array", "math", "state", "control")
+FAMILIES = ("array", "math", "random", "state", "control", "nn")
 
 
 def register_all(registry):
