@@ -1,0 +1,99 @@
+"""The executor: scheduling order, the thread-pool path, failures, memory accounting."""
+
+import threading
+
+import numpy as np
+import pytest
+
+import tensorweave as tw
+from tensorweave import errors
+
+
+def test_ready_ties_run_in_creation_order(sess):
+    v = tw.Variable(np.float32(0.0))
+    sess.run(v.initializer)
+    # Two independent updates: with no edge between them, creation order decides.
+    a = tw.assign(v, 1.0)
+    b = tw.assign(v, 2.0)
+    sess.run(tw.group(b, a))
+    assert sess.run(v) == 2.0
+
+
+def _independent_matmuls():
+    rng = np.random.default_rng(1)
+    mats = [rng.standard_normal((200, 200)).astype(np.float32) for _ in range(4)]
+    cs = [tw.constant(m) for m in mats]
+    left = tw.matmul(cs[0], cs[1])
+    right = tw.matmul(cs[2], cs[3])
+    return mats, tw.add(left, right)
+
+
+def test_thread_pool_path_gives_the_same_values():
+    mats, y = _independent_matmuls()
+    expect = mats[0] @ mats[1] + mats[2] @ mats[3]
+    with tw.Session(config=tw.ConfigProto(inter_op_parallelism_threads=2)) as s:
+        plan_out = s.run(y)
+        plan = next(iter(s._plans.values()))
+        assert plan.dynamic  # two independent expensive nodes: the pool path was chosen
+        np.testing.assert_allclose(plan_out, expect, rtol=1e-4, atol=1e-3)
+    with tw.Session(config=tw.ConfigProto(inter_op_parallelism_threads=1)) as s:
+        np.testing.assert_allclose(s.run(y), expect, rtol=1e-4, atol=1e-3)
+        assert not next(iter(s._plans.values())).dynamic
+
+
+def test_thread_pool_path_reports_errors_without_hanging():
+    p = tw.placeholder(tw.float32, None, name="p")
+    big = tw.constant(np.ones((300, 300), np.float32))
+    left = tw.matmul(big, big)
+    right = tw.matmul(big, p)  # fails at run time: p is fed with the wrong shape
+    out = tw.add(left, right)
+    with tw.Session(config=tw.ConfigProto(inter_op_parallelism_threads=2)) as s:
+        with pytest.raises(errors.InvalidArgumentError, match="MatMul node 'MatMul_1'"):
+            s.run(out, {p: np.ones((2, 2), np.float32)}, options=tw.RunOptions(timeout_in_ms=20000))
+        # the session still works afterwards
+        assert s.run(out, {p: np.ones((300, 300), np.float32)}).shape == (300, 300)
+
+
+def test_plans_are_independent_of_python_threads():
+    x = tw.placeholder(tw.float32, [4])
+    y = x * 2.0 + 1.0
+    results = {}
+    with tw.Session() as s:
+        def work(i):
+            results[i] = [s.run(y, {x: np.full(4, i, np.float32)})[0] for _ in range(50)]
+        threads = [threading.Thread(target=work, args=(i,)) for i in range(4)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(timeout=30)
+    assert all(results[i] == [2.0 * i + 1] * 50 for i in range(4))
+
+
+def test_allocator_reports_in_use_and_peak():
+    x = tw.placeholder(tw.float32, [512, 512])
+    y = tw.matmul(x, x) + 1.0
+    with tw.Session() as s:
+        dev = s.devices[0]
+        dev.allocator.reset_peak()
+        out = s.run(y, {x: np.ones((512, 512), np.float32)})
+        stats = dev.allocator.stats()
+        assert stats["peak_bytes_in_use"] >= 2 * 512 * 512 * 4  # matmul result and the sum at once
+        assert stats["bytes_in_use"] >= out.nbytes  # the fetched result is still alive
+        del out
+        assert dev.allocator.bytes_in_use < stats["bytes_in_use"]
+
+
+def test_log_device_placement(capfd):
+    with tw.Session(config=tw.ConfigProto(log_device_placement=True)) as s:
+        s.run(tw.add(tw.constant(1.0), 2.0, name="the_add"))
+    assert "the_add: (Add): /job:localhost/replica:0/task:0/device:CPU:0" in capfd.readouterr().err
+
+
+def test_device_constraint_that_matches_nothing():
+    with tw.device("/device:GPU:0"):
+        y = tw.constant(1.0) + 1.0
+    with tw.Session() as s:
+        with pytest.raises(errors.InvalidArgumentError, match="cannot assign a device for Const node 'Const': its device specification '/device:GPU:0' matches no device"):
+            s.run(y)
+    with tw.Session(config=tw.ConfigProto(allow_soft_placement=True)) as s:
+        assert s.run(y) == 2.0
