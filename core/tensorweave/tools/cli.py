@@ -1,0 +1,410 @@
+"""The ``tensorweave`` command: which plugins loaded, which devices exist, what the machine has.
+
+``tensorweave plugins``   every plugin: entry point, distribution, status, what it registered, note/error
+``tensorweave devices``   the local devices the installed plugins create
+``tensorweave doctor``    Python, NumPy, BLAS, OpenCL ICDs, nvcc, and hints (never applied silently)
+``tensorweave version``   the core's version
+
+Also runs as ``python -m tensorweave``. Exit status: 0 on success, 1 when the plugins
+conflict or no device is available, 2 on a usage error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import ctypes
+import importlib.metadata as md
+import io
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import warnings
+
+ENTRY_POINT_GROUP = "tensorweave"
+OPENCL_VENDORS_DIR = "/etc/OpenCL/vendors"
+
+# The kinds PluginInfo.registered counts, in display order, with singular/plural names.
+_KINDS = [("ops", "op", "ops"), ("kernels", "kernel", "kernels"), ("devices", "device type", "device types"),
+          ("allocators", "allocator", "allocators"), ("transports", "transport", "transports"),
+          ("placers", "placer", "placers"), ("passes", "pass", "passes")]
+
+
+def _core_version() -> str:
+    try:
+        return md.version("tensorweave")
+    except md.PackageNotFoundError:
+        return "0+unknown"
+
+
+def _err(msg: str) -> None:
+    print(f"tensorweave: {msg}", file=sys.stderr)
+
+
+def _table(rows: list[list[str]], header: list[str]) -> str:
+    """A plain left-aligned table; the last column is not padded (it holds long notes)."""
+    widths = [max(len(str(r[i])) for r in [header, *rows]) for i in range(len(header) - 1)]
+    lines = []
+    for r in [header, *rows]:
+        cells = [str(c).ljust(w) for c, w in zip(r, widths, strict=False)] + [str(r[-1])]
+        lines.append("  ".join(cells).rstrip())
+    return "\n".join(lines)
+
+
+def format_registered(counts: dict[str, int]) -> str:
+    parts = []
+    for key, one, many in _KINDS:
+        n = counts.get(key)
+        if n:
+            parts.append(f"{n} {one if n == 1 else many}")
+    parts += [f"{n} {k}" for k, n in counts.items() if n and k not in {k for k, _, _ in _KINDS}]
+    return ", ".join(parts) or "nothing"
+
+
+def _installed_entry_points() -> list[tuple[str, str, str]]:
+    """(name, "distribution version", module) of every entry point, without importing any."""
+    out = []
+    for ep in sorted(md.entry_points(group=ENTRY_POINT_GROUP), key=lambda e: e.name):
+        dist = getattr(ep, "dist", None)
+        label = f"{dist.metadata['Name']} {dist.version}" if dist is not None else "?"
+        out.append((ep.name, label, ep.value))
+    return out
+
+
+def _report_conflict(e: Exception) -> int:
+    _err(f"plugin conflict: {e}")
+    eps = _installed_entry_points()
+    if eps:
+        print("\nInstalled tensorweave plugins (entry points; none is usable until the conflict is resolved):",
+              file=sys.stderr)
+        print(_table([list(r) for r in eps], ["NAME", "DISTRIBUTION", "MODULE"]), file=sys.stderr)
+    print("\nUninstall one of the two distributions, skip one with TENSORWEAVE_DISABLE_PLUGINS=<name>, "
+          "or register with override=True in the one that means to replace the other.", file=sys.stderr)
+    return 1
+
+
+def _load_registry():
+    """The registries, or the PluginConflictError that prevents them."""
+    from tensorweave import plugins
+    from tensorweave.framework import errors
+
+    try:
+        return plugins.registry(), None
+    except errors.PluginConflictError as e:
+        return None, e
+
+
+# ---------------------------------------------------------------------------------------------
+def cmd_plugins(args) -> int:
+    # Failed plugins are shown in the table with their reason; the loader's warnings would
+    # only repeat that on stderr.
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        reg, conflict = _load_registry()
+    if conflict is not None:
+        return _report_conflict(conflict)
+    rows = []
+    for p in reg.plugins:
+        detail = p.error if p.status == "failed" else (p.note or "")
+        if p.status == "failed" and p.note and p.note not in (p.error or ""):
+            detail = f"{p.error} ({p.note})"
+        row = [p.name, p.label, p.status, format_registered(p.registered) if p.status == "loaded" else "-"]
+        if args.verbose:
+            row.append(p.module)
+        rows.append([*row, detail])
+    header = ["NAME", "DISTRIBUTION", "STATUS", "REGISTERED"] + (["MODULE"] if args.verbose else []) + ["NOTE"]
+    print(_table(rows, header))
+    by_status: dict[str, int] = {}
+    for p in reg.plugins:
+        by_status[p.status] = by_status.get(p.status, 0) + 1
+    summary = ", ".join(f"{n} {s}" for s, n in sorted(by_status.items()))
+    print(f"\n{len(reg.plugins)} plugins: {summary}")
+    disabled = os.environ.get("TENSORWEAVE_DISABLE_PLUGINS")
+    if disabled:
+        print(f"TENSORWEAVE_DISABLE_PLUGINS={disabled}")
+    return 0
+
+
+def cmd_devices(args) -> int:
+    from tensorweave.framework import errors
+    from tensorweave.runtime.device import create_local_devices
+
+    reg, conflict = _load_registry()
+    if conflict is not None:
+        return _report_conflict(conflict)
+    try:
+        devices = create_local_devices()
+    except errors.OpError as e:
+        _err(str(e))
+        disabled = os.environ.get("TENSORWEAVE_DISABLE_PLUGINS")
+        if disabled:
+            _err(f"note: TENSORWEAVE_DISABLE_PLUGINS={disabled} is set")
+        return 1
+    for i, d in enumerate(devices):
+        if i:
+            print()
+        alloc = d.allocator
+        limit = getattr(alloc, "memory_limit", None)
+        limit_text = "no memory limit" if limit is None else f"limit {limit} bytes"
+        available = sorted(reg.allocators.for_device(d.device_type)) if reg is not None else []
+        print(d.name)
+        print(f"  type         {d.device_type}")
+        print(f"  description  {d.description or '-'}")
+        print(f"  allocator    {getattr(alloc, 'name', '?')} ({type(alloc).__name__}, {limit_text})"
+              + (f"; available: {', '.join(map(str, available))}" if available else ""))
+        source = reg.device_factory_sources.get(d.device_type.upper()) if reg is not None else None
+        if source:
+            print(f"  plugin       {source}")
+    return 0
+
+
+def cmd_version(args) -> int:
+    print(f"tensorweave {_core_version()}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+# doctor
+def _blas_from_numpy_config() -> dict:
+    """name/version/config of NumPy's BLAS from ``numpy.show_config`` (dicts on NumPy >= 1.26)."""
+    import numpy as np
+
+    try:
+        cfg = np.show_config(mode="dicts")
+        blas = cfg.get("Build Dependencies", {}).get("blas", {})
+        return {"name": blas.get("name"), "version": blas.get("version"),
+                "config": blas.get("openblas configuration")}
+    except TypeError:  # older NumPy: show_config() only prints
+        buf = io.StringIO()
+        with contextlib.redirect_stdout(buf):
+            np.show_config()
+        text = buf.getvalue()
+        m = re.search(r"blas[^\n]*\n(?:[^\n]*\n){0,6}?\s*libraries = \[([^\]]*)\]", text)
+        name = m.group(1).strip("'\" ") if m else ("openblas" if "openblas" in text.lower() else None)
+        return {"name": name, "version": None, "config": None}
+    except Exception:
+        return {"name": None, "version": None, "config": None}
+
+
+def _loaded_openblas_paths() -> list[str]:
+    try:
+        with open("/proc/self/maps") as f:
+            paths = {line.split()[-1] for line in f if "openblas" in line.lower() and "/" in line}
+        return sorted(paths)
+    except OSError:
+        return []
+
+
+def _openblas_runtime() -> dict:
+    """The core OpenBLAS chose at run time and its thread count, asked from the loaded library.
+
+    threadpoolctl answers this when installed; without it the library is called directly
+    (its symbols carry a prefix/suffix in NumPy's wheels: scipy_openblas_get_corename64_).
+    """
+    try:
+        import threadpoolctl  # optional: never a dependency
+    except ImportError:
+        threadpoolctl = None
+    if threadpoolctl is not None:
+        try:
+            for info in threadpoolctl.threadpool_info():
+                if info.get("internal_api") == "openblas":
+                    return {"corename": info.get("architecture"), "threads": info.get("num_threads"),
+                            "via": "threadpoolctl"}
+        except Exception:
+            pass
+    for path in _loaded_openblas_paths():
+        try:
+            lib = ctypes.CDLL(path)
+        except OSError:
+            continue
+        out: dict = {"via": "ctypes"}
+        for prefix, suffix in (("", ""), ("scipy_", "64_"), ("scipy_", ""), ("", "64_")):
+            fn = getattr(lib, f"{prefix}openblas_get_corename{suffix}", None)
+            if fn is None:
+                continue
+            fn.restype = ctypes.c_char_p
+            out["corename"] = (fn() or b"").decode(errors="replace") or None
+            nt = getattr(lib, f"{prefix}openblas_get_num_threads{suffix}", None)
+            if nt is not None:
+                nt.restype = ctypes.c_int
+                out["threads"] = nt()
+            return out
+    return {}
+
+
+def _cpu_flags() -> set[str]:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith("flags"):
+                    return set(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return set()
+
+
+_AVX512_CORES = {"skylakex", "cooperlake", "sapphirerapids", "zen4", "zen5"}
+
+
+def openblas_hint(blas_name: str | None, coretype_env: str | None, machine: str,
+                  has_avx512: bool | None, corename: str | None = None) -> str | None:
+    """The OPENBLAS_CORETYPE advice for this machine, or None. Pure, so it can be tested."""
+    if not blas_name or "openblas" not in blas_name.lower():
+        return None
+    if machine.lower() not in ("x86_64", "amd64"):
+        return None
+    if coretype_env:
+        if has_avx512 and coretype_env.lower() not in _AVX512_CORES:
+            return (f"OPENBLAS_CORETYPE={coretype_env} is set, so OpenBLAS uses non-AVX-512 kernels on a CPU "
+                    "that has AVX-512; `OPENBLAS_CORETYPE=SkylakeX` (or unsetting it) may roughly double "
+                    "float32 matmul (sgemm) speed; measure before relying on it (`tox -e bench`).")
+        return None
+    if corename and corename.lower() in _AVX512_CORES:
+        return None  # OpenBLAS already picked an AVX-512 core; nothing to gain
+    if has_avx512 is False:
+        return None  # SkylakeX kernels would die with an illegal instruction on this CPU
+    picked = f"OpenBLAS picked the {corename} core" if corename else "OpenBLAS picks its core at run time"
+    return (f"OPENBLAS_CORETYPE is unset and {picked}. On some x86 CPUs with AVX-512, "
+            "`export OPENBLAS_CORETYPE=SkylakeX` may roughly double float32 matmul (sgemm) speed; "
+            "measure before relying on it (`tox -e bench`). tensorweave never sets it for you"
+            + ("." if has_avx512 else ", and only CPUs with AVX-512 (avx512f) can use it."))
+
+
+def _nvcc_path() -> str | None:
+    found = shutil.which("nvcc")
+    if found:
+        return found
+    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
+    candidate = os.path.join(home, "bin", "nvcc")
+    return candidate if os.access(candidate, os.X_OK) else None
+
+
+def _nvcc_release(path: str) -> str:
+    try:
+        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20).stdout
+    except (OSError, subprocess.SubprocessError) as e:
+        return f"does not run ({e})"
+    for line in out.splitlines():
+        if "release" in line:
+            return line.split(",", 1)[-1].strip()
+    return out.strip().splitlines()[-1] if out.strip() else "unknown version"
+
+
+def _opencl_icds() -> tuple[str, list[str]]:
+    where = os.environ.get("OCL_ICD_VENDORS") or OPENCL_VENDORS_DIR
+    if os.path.isfile(where):
+        return where, [os.path.basename(where)]
+    try:
+        return where, sorted(f for f in os.listdir(where) if f.endswith(".icd"))
+    except OSError:
+        return where, []
+
+
+def _has_module(name: str) -> bool:
+    import importlib.util
+
+    try:
+        return importlib.util.find_spec(name) is not None
+    except (ImportError, ValueError):
+        return False
+
+
+def cmd_doctor(args) -> int:
+    import numpy as np
+
+    import tensorweave
+
+    rows: list[tuple[str, str]] = []
+    hints: list[str] = []
+    rows.append(("tensorweave", f"{_core_version()} ({os.path.dirname(tensorweave.__file__)})"))
+    rows.append(("Python", f"{platform.python_version()} ({platform.python_implementation()}, {sys.executable})"))
+    rows.append(("platform", f"{platform.system()} {platform.machine()}"))
+    rows.append(("NumPy", f"{np.__version__} ({os.path.dirname(np.__file__)})"))
+
+    flags = _cpu_flags()
+    has_avx512 = ("avx512f" in flags) if flags else None
+    cpu = f"{os.cpu_count()} logical cores"
+    if has_avx512 is not None:
+        cpu += f"; AVX-512: {'yes' if has_avx512 else 'no'}"
+    rows.append(("CPU", cpu))
+
+    blas = _blas_from_numpy_config()
+    rt = _openblas_runtime() if blas.get("name") and "openblas" in blas["name"].lower() else {}
+    blas_text = " ".join(x for x in (blas.get("name") or "unknown", blas.get("version") or "") if x)
+    extra = []
+    if rt.get("corename"):
+        extra.append(f"core {rt['corename']}")
+    if rt.get("threads"):
+        extra.append(f"{rt['threads']} threads")
+    coretype = os.environ.get("OPENBLAS_CORETYPE")
+    if blas.get("name") and "openblas" in blas["name"].lower():
+        extra.append(f"OPENBLAS_CORETYPE={coretype}" if coretype else "OPENBLAS_CORETYPE unset")
+    rows.append(("BLAS", blas_text + (f" ({'; '.join(extra)})" if extra else "")))
+    hint = openblas_hint(blas.get("name"), coretype, platform.machine(), has_avx512, rt.get("corename"))
+    if hint:
+        hints.append(hint)
+
+    where, icds = _opencl_icds()
+    ocl = f"ICDs in {where}: {', '.join(icds)}" if icds else f"no ICD in {where}"
+    ocl += f"; pyopencl {'installed' if _has_module('pyopencl') else 'not installed'}"
+    rows.append(("OpenCL", ocl))
+    if not icds:
+        hints.append("no OpenCL ICD: `apt-get install pocl-opencl-icd` gives a CPU OpenCL platform "
+                     "(tensorweave-opencl's tests then run on any machine).")
+
+    nvcc = _nvcc_path()
+    rows.append(("nvcc", f"{nvcc} ({_nvcc_release(nvcc)})" if nvcc else "not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)"))
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        reg, conflict = _load_registry()
+    if conflict is not None:
+        rows.append(("plugins", f"CONFLICT: {conflict}"))
+    else:
+        counts: dict[str, int] = {}
+        for p in reg.plugins:
+            counts[p.status] = counts.get(p.status, 0) + 1
+        names = ", ".join(f"{p.name} ({p.status})" for p in reg.plugins if p.name != "tensorweave")
+        rows.append(("plugins", (names or "none installed") + "  -- see `tensorweave plugins`"))
+        types = sorted(reg.device_factories)
+        rows.append(("device types", ", ".join(types) if types
+                     else "none: install a device plugin, e.g. `pip install tensorweave-cpu`"))
+
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k.ljust(width)}  {v}")
+    for h in hints:
+        print(f"\nhint: {h}")
+    return 0
+
+
+# ---------------------------------------------------------------------------------------------
+def _parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="tensorweave", description="tensorweave command-line tools")
+    p.add_argument("--version", action="version", version=f"tensorweave {_core_version()}")
+    sub = p.add_subparsers(dest="command", metavar="COMMAND")
+    sp = sub.add_parser("plugins", help="list plugins: status, what each registered, notes and errors")
+    sp.add_argument("-v", "--verbose", action="store_true", help="also show each plugin's module")
+    sp.set_defaults(func=cmd_plugins)
+    sub.add_parser("devices", help="list the local devices").set_defaults(func=cmd_devices)
+    sub.add_parser("doctor", help="check the environment: Python, NumPy/BLAS, OpenCL, nvcc").set_defaults(
+        func=cmd_doctor)
+    sub.add_parser("version", help="print the version").set_defaults(func=cmd_version)
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = _parser()
+    args = parser.parse_args(argv)
+    if getattr(args, "func", None) is None:
+        parser.print_help(sys.stderr)
+        return 2
+    return args.func(args)
+
+
+if __name__ == "__main__":
+    sys.exit(main())
