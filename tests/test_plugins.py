@@ -88,7 +88,7 @@ def test_broken_plugin_is_reported_and_the_rest_still_load(tmp_path):
     assert got["broken"][2] == "ImportError: libfrobnicate.so.3: cannot open shared object file"
     assert got["cpu"] == "loaded"
     assert got["out"] == [2.0, 4.0]
-    assert "tensorweave plugin 'broken' (tw-broken) failed to load" in proc.stderr  # the loader's warning
+    assert "'broken'" in proc.stderr and "libfrobnicate.so.3" in proc.stderr  # the loader's warning
 
     cli = run_cli("plugins", site=site)
     assert cli.returncode == 0, cli.stderr
