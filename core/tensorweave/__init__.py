@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import importlib.metadata as _md
 
+from tensorweave import plugins
 from tensorweave.framework import errors
 from tensorweave.framework.device_spec import DeviceSpec
 from tensorweave.framework.dtypes import (

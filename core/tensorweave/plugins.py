@@ -93,8 +93,13 @@ class NamedRegistry:
         self.source = PROJECT
         self._items: dict[Any, Any] = {}
         self._sources: dict[Any, str] = {}
+        self._overrides: set = set()
 
     def register(self, name, obj, override: bool = False):
+        if name in self._overrides and not override:
+            return self._items[name]  # an override loaded first keeps its place
+        if override:
+            self._overrides.add(name)
         if name in self._items and not override:
             raise errors.PluginConflictError(
                 f"{self.kind} {name!r} is registered twice: by {self._sources[name]} and by "

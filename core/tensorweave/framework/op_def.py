@@ -173,6 +173,7 @@ class OpRegistry:
 
     def __init__(self):
         self._ops: dict[str, OpDef] = {}
+        self._overrides: set[str] = set()
         self.source = "tensorweave"  # set by the plugin loader around each plugin's hook call
 
     def op(self, name: str, inputs=(), outputs=(), attrs=(), shape_fn=None, stateful=False,
@@ -192,6 +193,10 @@ class OpRegistry:
         op_def = OpDef(name, in_defs, out_defs, attr_defs, shape_fn, stateful, is_commutative,
                        doc, self.source, outputs_ref=outputs_ref)
         existing = self._ops.get(name)
+        if existing is not None and name in self._overrides and not override:
+            return existing  # an override loaded first keeps its place, whatever the load order
+        if override:
+            self._overrides.add(name)
         if existing is not None and not override:
             raise errors.PluginConflictError(
                 f"op {name!r} is registered twice: by {existing.source} and by {self.source}; "

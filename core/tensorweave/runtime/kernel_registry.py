@@ -36,6 +36,7 @@ class KernelDef:
     cost: Callable | None = None       # cost(ctx) -> estimated seconds, for the cost model
     priority: int = 0
     source: str = "<unknown>"
+    override: bool = False             # registered to replace another plugin's kernel
 
     def matches(self, attrs: dict) -> bool:
         for name, allowed in self.constraints:
@@ -50,6 +51,9 @@ class KernelDef:
     def describe(self) -> str:
         cons = ", ".join(f"{n} in {{{', '.join(sorted(d.name for d in a))}}}" for n, a in self.constraints)
         return f"{self.device_type}" + (f" [{cons}]" if cons else "")
+
+    def describe_constraints(self) -> str:
+        return ", ".join(f"{n} in {{{', '.join(sorted(d.name for d in a))}}}" for n, a in self.constraints)
 
 
 class KernelContext:
@@ -132,14 +136,17 @@ class KernelRegistry:
             def factory(ctx, _fn=fn):
                 return _fn
         kd = KernelDef(op, device_type.upper(), factory, _normalise_constraints(constraints), is_async,
-                       takes_context, cost, priority, self.source)
+                       takes_context, cost, priority, self.source, override)
         key = (op, kd.device_type)
         existing = self._by_key.setdefault(key, [])
         for i, other in enumerate(existing):
             if other.constraints == kd.constraints:
+                if other.override and not override:
+                    return other  # an override loaded first keeps its place, whatever the load order
                 if not override:
+                    cons = kd.describe_constraints()
                     raise errors.PluginConflictError(
-                        f"kernel for op {op!r} on device {kd.device_type} ({kd.describe()}) is "
+                        f"kernel for op {op!r} on device {kd.device_type}{f' ({cons})' if cons else ''} is "
                         f"registered twice: by {other.source} and by {self.source}; pass "
                         "override=True in the plugin that means to replace it")
                 existing[i] = kd
