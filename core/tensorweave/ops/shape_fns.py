@@ -36,7 +36,7 @@ def broadcast_shapes(a: TensorShape, b: TensorShape) -> TensorShape:
     da = [1] * (n - len(da)) + da
     db = [1] * (n - len(db)) + db
     out = []
-    for x, y in zip(da, db):
+    for x, y in zip(da, db, strict=True):
         if x == 1:
             out.append(y)
         elif y == 1:
@@ -56,10 +56,26 @@ def broadcast(op):
     return [broadcast_shapes(op.inputs[0].shape, op.inputs[1].shape)]
 
 
+def merge_all(op):
+    """Ops whose inputs must all have one shape (AddN): that shape, as far as it is known."""
+    shape = TensorShape(None)
+    for t in op.inputs:
+        try:
+            shape = shape.merge_with(t.shape)
+        except errors.InvalidArgumentError:
+            raise errors.InvalidArgumentError(
+                f"all inputs must have the same shape; '{t.name}' has shape {t.shape}, "
+                f"the inputs before it {shape}") from None
+    return [shape for _ in op.outputs]
+
+
 def reduction(op):
     """Reductions with an ``axis``/``reduction_indices`` input and ``keep_dims`` attr."""
     x = op.inputs[0].shape
     keep = op.get_attr("keep_dims")
+    if op.inputs[1].shape.ndims is not None and op.inputs[1].shape.ndims > 1:
+        raise errors.InvalidArgumentError(
+            f"reduction indices must be a scalar or a vector, got shape {op.inputs[1].shape}")
     axes = constant_value(op.inputs[1])
     if axes is None:
         if keep and x.ndims is not None:

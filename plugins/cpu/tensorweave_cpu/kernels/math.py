@@ -1,4 +1,5 @@
-"""Element-wise math, comparison, logic, cast and matrix kernels.
+"""Element-wise math, comparison, logic and cast kernels; reductions (Sum, Mean, Max, ArgMax,
+...); matrix products and linear algebra (MatMul, BatchMatMul, MatrixInverse, MatrixDeterminant).
 
 Most element-wise kernels are the NumPy ufunc itself: no wrapper, no per-step overhead.
 Results keep the dtype of the inputs (NumPy would otherwise promote e.g. int8 ** int8).
@@ -26,11 +27,18 @@ _UFUNCS = {
 def _div(ctx):
     if ctx.attrs["T"].is_integer:
         # TF's Div on integers truncates toward zero (C semantics); division by zero is an error.
+        # Floor division corrected by one where the quotient is negative and inexact (not
+        # |x| // |y|: abs() of the most negative value overflows).
+        dt = ctx.output_dtypes[0].np_dtype
+        unsigned = ctx.attrs["T"].is_unsigned
+
         def idiv(x, y):
             if np.any(y == 0):
-                raise errors.InvalidArgumentError("integer division by zero")
-            q = np.abs(x) // np.abs(y)
-            return (q * (np.sign(x) * np.sign(y))).astype(x.dtype, copy=False)
+                raise ctx.error(errors.InvalidArgumentError, "integer division by zero")
+            q = np.floor_divide(x, y)
+            if not unsigned:
+                q = q + ((np.remainder(x, y) != 0) & ((x < 0) != (y < 0)))
+            return np.asarray(q, dtype=dt)
         return idiv
     return np.true_divide
 
@@ -39,7 +47,7 @@ def _floordiv(ctx):
     if ctx.attrs["T"].is_integer:
         def f(x, y):
             if np.any(y == 0):
-                raise errors.InvalidArgumentError("integer division by zero")
+                raise ctx.error(errors.InvalidArgumentError, "integer division by zero")
             return np.floor_divide(x, y)
         return f
     return lambda x, y: np.floor(np.true_divide(x, y))
@@ -49,7 +57,7 @@ def _floormod(ctx):
     if ctx.attrs["T"].is_integer:
         def f(x, y):
             if np.any(y == 0):
-                raise errors.InvalidArgumentError("integer division by zero")
+                raise ctx.error(errors.InvalidArgumentError, "integer division by zero")
             return np.mod(x, y)
         return f
     return np.mod
@@ -60,7 +68,7 @@ def _pow(ctx):
     if ctx.attrs["T"].is_integer:
         def ipow(x, y):
             if np.any(y < 0):
-                raise errors.InvalidArgumentError("integers to negative integer powers are not allowed")
+                raise ctx.error(errors.InvalidArgumentError, "integers to negative integer powers are not allowed")
             return np.power(x, y).astype(dt, copy=False)
         return ipow
     return np.power
@@ -78,6 +86,8 @@ def _cast(ctx):
     if dst.is_string or src.is_string:
         raise ctx.error(errors.UnimplementedError, f"Cast from {src.name} to {dst.name} is not supported")
     np_dst = dst.np_dtype
+    if dst.is_bool:
+        return lambda x: np.not_equal(x, 0)  # nonzero is True, for complex too (both parts)
     if src.is_complex and not dst.is_complex:
         return lambda x: np.real(x).astype(np_dst)
     if src.is_floating and dst.is_integer:
@@ -96,6 +106,201 @@ def _matmul(ctx):
     return lambda a, b: np.matmul(a, b.T)
 
 
+def _squared_difference(ctx):
+    if ctx.attrs["T"].is_complex:
+        def f(x, y):  # TF: conj(x - y) * (x - y), a real value stored as complex
+            d = x - y
+            return d * np.conj(d)
+        return f
+    return lambda x, y: np.square(x - y)
+
+
+def _complex_abs(ctx):
+    dt = ctx.output_dtypes[0].np_dtype
+    return lambda x: np.asarray(np.absolute(x), dtype=dt)
+
+
+def _add_n(ctx):
+    def add_n(*xs):
+        if len(xs) == 1:
+            return xs[0]
+        out = np.add(xs[0], xs[1])  # a fresh array: accumulating into it leaves the inputs alone
+        for x in xs[2:]:
+            np.add(out, x, out=out)
+        return out
+    return add_n
+
+
+# ---------------------------------------------------------------------------------------
+# reductions
+def _axes_fn(ctx, what="reduction axis"):
+    """axes value, rank -> normalised tuple of axes; raises InvalidArgumentError when out of range.
+
+    Mirrors shape_fns.reduction: a scalar input accepts axis 0 (and reduces nothing).
+    """
+    cache: dict = {}
+
+    def norm(axes, nd):
+        key = (axes.tobytes(), axes.dtype.char, nd) if isinstance(axes, np.ndarray) else (axes, nd)
+        hit = cache.get(key)
+        if hit is not None:
+            return hit
+        flat = np.asarray(axes).reshape(-1)
+        out = set()
+        for a in flat.tolist():
+            if not -nd <= a < max(nd, 1):
+                raise ctx.error(errors.InvalidArgumentError,
+                                f"{what} {a} is out of range for input of rank {nd}")
+            if nd:
+                out.add(a % nd)
+        res = tuple(sorted(out))
+        if len(cache) < 64:
+            cache[key] = res
+        return res
+    return norm
+
+
+def _reduce(ufunc, float16_acc=True, identity_from_dtype=None):
+    """Factory for Sum/Prod/Max/Min/All/Any: ``ufunc.reduce`` over the given axes.
+
+    float16 accumulates in float32 (as TF does); integers accumulate in their own type, so
+    they wrap on overflow like TF. Max/Min of an empty set give the lowest/highest value of the
+    dtype (TF's identity) instead of NumPy's error.
+    """
+    def factory(ctx):
+        keep = ctx.attrs["keep_dims"]
+        dt = ctx.output_dtypes[0].np_dtype
+        acc = np.float32 if (float16_acc and dt == np.float16) else (None if dt == np.bool_ else dt)
+        norm = _axes_fn(ctx)
+        kw = {}
+        if identity_from_dtype is not None:
+            kw["initial"] = identity_from_dtype(dt)
+
+        def f(x, axes):
+            ax = norm(axes, x.ndim)
+            r = ufunc.reduce(x, axis=ax, dtype=acc, keepdims=keep, **kw)
+            return np.asarray(r, dtype=dt)
+        return f
+    return factory
+
+
+def _lowest(dt):
+    return -np.inf if np.issubdtype(dt, np.floating) else np.iinfo(dt).min
+
+
+def _highest(dt):
+    return np.inf if np.issubdtype(dt, np.floating) else np.iinfo(dt).max
+
+
+def _mean(ctx):
+    keep = ctx.attrs["keep_dims"]
+    T = ctx.attrs["T"]
+    dt = T.np_dtype
+    norm = _axes_fn(ctx)
+    if T.is_integer:
+        # TF's integer mean is an integer: the exact sum divided by the count, truncated.
+        acc = np.uint64 if T.is_unsigned else np.int64
+
+        def imean(x, axes):
+            ax = norm(axes, x.ndim)
+            s = np.add.reduce(x, axis=ax, dtype=acc, keepdims=keep)
+            n = int(np.prod([x.shape[a] for a in ax], dtype=np.int64))
+            if n == 0:
+                return np.zeros(np.shape(s), dtype=dt)
+            q = np.floor_divide(s, n)
+            if not T.is_unsigned:
+                q = q + ((s < 0) & (np.remainder(s, n) != 0))
+            return np.asarray(q, dtype=dt)
+        return imean
+    acc = np.dtype(np.float32) if dt == np.float16 else dt
+
+    def mean(x, axes):
+        ax = norm(axes, x.ndim)
+        s = np.add.reduce(x, axis=ax, dtype=acc, keepdims=keep)
+        n = int(np.prod([x.shape[a] for a in ax], dtype=np.int64))
+        if n == 0:  # 0/0: nan, as in TF (np.mean would warn)
+            return np.full(np.shape(s), np.nan, dtype=dt)
+        return np.asarray(np.true_divide(s, acc.type(n)), dtype=dt)
+    return mean
+
+
+def _arg_reduce(npfn, what):
+    def factory(ctx):
+        dt = ctx.output_dtypes[0].np_dtype
+
+        def f(x, axis):
+            a = int(axis)
+            nd = x.ndim
+            if not -nd <= a < nd:
+                raise ctx.error(errors.InvalidArgumentError,
+                                f"dimension {a} is out of range for input of rank {nd}")
+            if x.shape[a] == 0:
+                raise ctx.error(errors.InvalidArgumentError,
+                                f"cannot take the {what} over dimension {a} of shape {x.shape}: it is empty")
+            return np.asarray(npfn(x, axis=a), dtype=dt)
+        return f
+    return factory
+
+
+# ---------------------------------------------------------------------------------------
+# linear algebra
+def _adjoint(x):
+    x = np.swapaxes(x, -1, -2)
+    return np.conj(x) if np.iscomplexobj(x) else x
+
+
+def _batch_matmul(ctx):
+    adj_x, adj_y = ctx.attrs["adj_x"], ctx.attrs["adj_y"]
+    dt = ctx.output_dtypes[0].np_dtype
+
+    def bmm(x, y):
+        if x.ndim < 2 or y.ndim < 2:
+            raise ctx.error(errors.InvalidArgumentError,
+                            f"inputs must have rank >= 2, got shapes {x.shape} and {y.shape}")
+        a = _adjoint(x) if adj_x else x
+        b = _adjoint(y) if adj_y else y
+        if a.shape[-1] != b.shape[-2]:
+            raise ctx.error(errors.InvalidArgumentError,
+                            f"matrix dimensions are incompatible: shapes {x.shape} and {y.shape} "
+                            f"(adj_x={adj_x}, adj_y={adj_y})")
+        return np.asarray(np.matmul(a, b), dtype=dt)
+    return bmm
+
+
+def _check_square(ctx, x):
+    if x.ndim < 2 or x.shape[-1] != x.shape[-2]:
+        raise ctx.error(errors.InvalidArgumentError,
+                        f"input must be a batch of square matrices, got shape {x.shape}")
+
+
+def _matrix_inverse(ctx):
+    adjoint = ctx.attrs["adjoint"]
+    dt = ctx.output_dtypes[0].np_dtype
+    work = np.float32 if dt == np.float16 else dt  # LAPACK has no half precision
+
+    def inv(x):
+        _check_square(ctx, x)
+        a = _adjoint(x) if adjoint else x
+        try:
+            r = np.linalg.inv(a.astype(work, copy=False))
+        except np.linalg.LinAlgError:
+            raise ctx.error(errors.InvalidArgumentError, "input is not invertible (a matrix is singular)") from None
+        if not np.all(np.isfinite(r)) and np.all(np.isfinite(x)):
+            raise ctx.error(errors.InvalidArgumentError, "input is not invertible (a matrix is singular)")
+        return np.asarray(r, dtype=dt)
+    return inv
+
+
+def _matrix_determinant(ctx):
+    dt = ctx.output_dtypes[0].np_dtype
+    work = np.float32 if dt == np.float16 else dt
+
+    def det(x):
+        _check_square(ctx, x)
+        return np.asarray(np.linalg.det(x.astype(work, copy=False)), dtype=dt)
+    return det
+
+
 def register(reg):
     for op, fn in _UFUNCS.items():
         reg.register(op, CPU, fn)
@@ -105,12 +310,27 @@ def register(reg):
     reg.register("FloorDiv", CPU, factory=_floordiv)
     reg.register("FloorMod", CPU, factory=_floormod)
     reg.register("Pow", CPU, factory=_pow)
-    reg.register("SquaredDifference", CPU, lambda x, y: np.square(x - y))
+    reg.register("SquaredDifference", CPU, factory=_squared_difference)
     reg.register("Rsqrt", CPU, factory=_same_dtype(lambda x: 1 / np.sqrt(x)))
     reg.register("Reciprocal", CPU, factory=_same_dtype(np.reciprocal))
     reg.register("Sigmoid", CPU, factory=_same_dtype(lambda x: 0.5 * (np.tanh(0.5 * x) + 1)))
     reg.register("Cast", CPU, factory=_cast)
     reg.register("MatMul", CPU, factory=_matmul)
+    reg.register("ComplexAbs", CPU, factory=_complex_abs)
+    reg.register("Conj", CPU, np.conjugate)
+    reg.register("AddN", CPU, factory=_add_n)
+    reg.register("Sum", CPU, factory=_reduce(np.add))
+    reg.register("Prod", CPU, factory=_reduce(np.multiply))
+    reg.register("Max", CPU, factory=_reduce(np.maximum, identity_from_dtype=_lowest))
+    reg.register("Min", CPU, factory=_reduce(np.minimum, identity_from_dtype=_highest))
+    reg.register("All", CPU, factory=_reduce(np.logical_and))
+    reg.register("Any", CPU, factory=_reduce(np.logical_or))
+    reg.register("Mean", CPU, factory=_mean)
+    reg.register("ArgMax", CPU, factory=_arg_reduce(np.argmax, "argmax"))
+    reg.register("ArgMin", CPU, factory=_arg_reduce(np.argmin, "argmin"))
+    reg.register("BatchMatMul", CPU, factory=_batch_matmul)
+    reg.register("MatrixInverse", CPU, factory=_matrix_inverse)
+    reg.register("MatrixDeterminant", CPU, factory=_matrix_determinant)
 
 
 def _string_concat(x, y):
