@@ -537,7 +537,7 @@ def wrap_kernel_error(exc: BaseException, op, device) -> errors.OpError:
         if op is not None and exc.node_def is None:
             exc.node_def = op.name
             exc.op = op
-            if op.name not in exc.message:
+            if f"node '{op.name}'" not in exc.message:
                 exc.message = f"{where}: {exc.message}"
                 exc.args = (exc.message,)
         return exc
