@@ -20,7 +20,7 @@ def test_whitepaper_figure1_program_matches_numpy():
     relu = tf.nn.relu(tf.matmul(x, W) + b)
     s = tf.Session()
     s.run(tf.global_variables_initializer())
-    for step in range(10):
+    for _step in range(10):
         inp = rng.standard_normal((1, 784)).astype(np.float32)
         result = s.run(relu, feed_dict={x: inp})
         np.testing.assert_allclose(result, np.maximum(inp @ w_init + 0, 0), rtol=1e-5, atol=1e-5)

@@ -11,7 +11,8 @@ from __future__ import annotations
 import contextlib
 import re
 import threading
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 
@@ -632,7 +633,7 @@ def apply_op(op_type: str, inputs=(), attrs: dict | None = None, name: str | Non
                     known = op_def.attrs[arg.type_attr].default
                 want = None if known is None else dtypes.as_dtype(known)
             converted = []
-            for i, v in enumerate(vals):
+            for v in vals:
                 try:
                     t = convert_to_tensor(v, dtype=want, name=None) if not isinstance(v, Tensor) else v
                 except errors.InvalidArgumentError as e:

@@ -20,7 +20,8 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.tensor_shape import TensorShape, as_shape

@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 from tensorweave.framework import errors
-from tensorweave.framework.graph import (GraphKeys, Tensor, convert_to_tensor, get_default_graph,
-                                         register_tensor_conversion_function)
+from tensorweave.framework.graph import (
+    GraphKeys,
+    Tensor,
+    convert_to_tensor,
+    get_default_graph,
+    register_tensor_conversion_function,
+)
 from tensorweave.ops import array_ops, control_ops, state_ops
 
 

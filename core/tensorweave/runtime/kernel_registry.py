@@ -20,7 +20,8 @@ Calling conventions of the returned compute function:
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from tensorweave.framework import dtypes, errors
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from tensorweave.plugins import hookimpl
-
 from tensorweave_cpu import device, kernels
 
 
