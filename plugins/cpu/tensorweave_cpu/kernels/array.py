@@ -1,12 +1,19 @@
-"""Array kernels: identity, packing, shapes, slicing, joining, gathering, random."""
+"""Array kernels: identity, packing, shapes, reshaping, slicing, joining, gathering.
+
+Results are often views of their inputs (reshape, transpose, slices): no kernel writes into
+an array, so sharing memory is safe. Indexing that would give a NumPy scalar is made to give
+a 0-d array instead (a string element would otherwise come back as a bare ``bytes``).
+"""
 
 from __future__ import annotations
 
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.ops.array_ops import range_length, strided_slice_index
 
 CPU = "CPU"
+_E = errors.InvalidArgumentError
 
 
 def _identity(x):
@@ -24,8 +31,310 @@ def _placeholder(ctx):
     return fail
 
 
+def _norm_axis(ctx, axis, ndim, what="axis"):
+    axis = int(axis)
+    if not -ndim <= axis < ndim:
+        raise ctx.error(_E, f"{what} {axis} is out of range for an input of rank {ndim}")
+    return axis % ndim
+
+
+def _int_list(ctx, t, what):
+    if t.ndim != 1:
+        raise ctx.error(_E, f"{what} must be a vector, got shape {t.shape}")
+    return t.tolist()
+
+
+# ---------------------------------------------------------------------------------------
+def _unpack(ctx):
+    num, axis = ctx.attrs["num"], ctx.attrs["axis"]
+
+    def unpack(x):
+        if x.ndim == 0:
+            raise ctx.error(_E, "cannot unstack a scalar")
+        a = _norm_axis(ctx, axis, x.ndim)
+        if x.shape[a] != num:
+            raise ctx.error(_E, f"input of shape {x.shape} has {x.shape[a]} elements along axis {a}, not num={num}")
+        lead = (slice(None),) * a
+        outs = tuple(x[lead + (i, Ellipsis)] for i in range(num))
+        return outs[0] if num == 1 else outs  # the executor stores a single output as is
+    return unpack
+
+
+def _concat(ctx):
+    def concat(*args):
+        values = args[:-1]
+        nd = values[0].ndim
+        if nd == 0:
+            raise ctx.error(_E, "cannot concatenate scalars; use tw.stack")
+        axis = _norm_axis(ctx, args[-1], nd, "concat axis")
+        try:
+            return np.concatenate(values, axis=axis)
+        except ValueError:
+            raise ctx.error(_E, f"cannot concatenate shapes {[v.shape for v in values]} along axis {axis}: "
+                                "ranks and all other dimensions must match") from None
+    return concat
+
+
+def _slice(ctx):
+    def slice_(x, begin, size):
+        b = _int_list(ctx, begin, "begin")
+        s = _int_list(ctx, size, "size")
+        if len(b) != x.ndim or len(s) != x.ndim:
+            raise ctx.error(_E, f"begin {b} and size {s} must have one element per dimension of the input {x.shape}")
+        idx = []
+        for bi, si, d in zip(b, s, x.shape, strict=False):
+            if si == -1:
+                si = d - bi
+            if bi < 0 or si < 0 or bi + si > d:
+                raise ctx.error(_E, f"slice begin {b} size {s} is out of bounds for an input of shape {x.shape}")
+            idx.append(slice(bi, bi + si))
+        idx.append(Ellipsis)
+        return x[tuple(idx)]
+    return slice_
+
+
+def _strided_slice(ctx):
+    masks = tuple(ctx.attrs[k] for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
+                                         "shrink_axis_mask"))
+    memo = [None]
+
+    def strided_slice(x, begin, end, strides):
+        m = memo[0]
+        if m is not None and m[0] is begin and m[1] is end and m[2] is strides:
+            idx = m[3]
+        else:
+            idx = strided_slice_index(_int_list(ctx, begin, "begin"), _int_list(ctx, end, "end"),
+                                      _int_list(ctx, strides, "strides"), *masks)
+            if not any(e is Ellipsis for e in idx):
+                idx += (Ellipsis,)  # keeps a fully indexed result a 0-d array, not a scalar
+            # Constants are read-only and the same object every step, so their index can be
+            # reused; a fed (writable) array might be changed in place between steps.
+            if not (begin.flags.writeable or end.flags.writeable or strides.flags.writeable):
+                memo[0] = (begin, end, strides, idx)
+        try:
+            return x[idx]
+        except IndexError as e:
+            raise ctx.error(_E, f"slice spec is invalid for an input of shape {x.shape}: {e}") from None
+    return strided_slice
+
+
+def _split(ctx):
+    num = ctx.attrs["num_split"]
+
+    def split(axis, value):
+        if value.ndim == 0:
+            raise ctx.error(_E, "cannot split a scalar")
+        a = _norm_axis(ctx, axis, value.ndim, "split axis")
+        if value.shape[a] % num:
+            raise ctx.error(_E, f"the number of splits {num} must evenly divide dimension {a} of the input "
+                                f"{value.shape} (size {value.shape[a]})")
+        parts = np.split(value, num, axis=a)
+        return parts[0] if num == 1 else tuple(parts)
+    return split
+
+
+def _split_v(ctx):
+    num = ctx.attrs["num_split"]
+
+    def split_v(value, size_splits, axis):
+        if value.ndim == 0:
+            raise ctx.error(_E, "cannot split a scalar")
+        a = _norm_axis(ctx, axis, value.ndim, "split axis")
+        sizes = _int_list(ctx, size_splits, "size_splits")
+        d = value.shape[a]
+        if len(sizes) != num:
+            raise ctx.error(_E, f"size_splits has {len(sizes)} elements but num_split is {num}")
+        if any(s < -1 for s in sizes) or sizes.count(-1) > 1:
+            raise ctx.error(_E, f"size_splits {sizes} must be >= 0, with at most one -1 (inferred)")
+        known = sum(s for s in sizes if s != -1)
+        if -1 in sizes:
+            if known > d:
+                raise ctx.error(_E, f"size_splits {sizes} add up to more than dimension {a} of the input "
+                                    f"{value.shape} (size {d})")
+            sizes = [d - known if s == -1 else s for s in sizes]
+        elif known != d:
+            raise ctx.error(_E, f"size_splits {sizes} must add up to dimension {a} of the input {value.shape} (size {d})")
+        parts = np.split(value, np.cumsum(sizes)[:-1], axis=a)
+        return parts[0] if num == 1 else tuple(parts)
+    return split_v
+
+
+def _reshape(ctx):
+    def reshape(x, shape):
+        dims = _int_list(ctx, shape, "shape")
+        if dims.count(-1) > 1 or (dims and min(dims) < -1):
+            raise ctx.error(_E, f"the requested shape {dims} may hold sizes >= 0 and at most one -1 (inferred)")
+        try:
+            return x.reshape(dims)
+        except ValueError:
+            raise ctx.error(_E, f"cannot reshape a tensor of shape {x.shape} ({x.size} elements) to shape {dims}") from None
+    return reshape
+
+
+def _transpose(ctx):
+    def transpose(x, perm):
+        p = _int_list(ctx, perm, "perm")
+        if len(p) != x.ndim or sorted(p) != list(range(x.ndim)):
+            raise ctx.error(_E, f"perm {p} is not a permutation of the {x.ndim} dimensions of the input {x.shape}")
+        return np.transpose(x, p)
+    return transpose
+
+
+def _shape(ctx):
+    dt = ctx.attrs["out_type"].np_dtype
+    return lambda x: np.array(x.shape, dtype=dt)
+
+
+def _size(ctx):
+    dt = ctx.attrs["out_type"].np_dtype
+    return lambda x: np.array(x.size, dtype=dt)
+
+
+def _rank(x):
+    return np.array(x.ndim, dtype=np.int32)
+
+
+def _fill(ctx):
+    def fill(dims, value):
+        d = _int_list(ctx, dims, "dims")
+        if any(n < 0 for n in d):
+            raise ctx.error(_E, f"dims {d} must be >= 0")
+        if value.ndim != 0:
+            raise ctx.error(_E, f"the fill value must be a scalar, got shape {value.shape}")
+        return np.full(d, value, dtype=value.dtype)
+    return fill
+
+
+def _zeros_like(ctx):
+    if ctx.attrs["T"].is_string:
+        return lambda x: np.full(x.shape, b"", dtype=object)
+    return np.zeros_like
+
+
+def _check_indices(ctx, indices, n):
+    if not indices.size:
+        return
+    if indices.min() >= 0 and indices.max() < n:
+        return
+    flat = indices.reshape(-1)
+    pos = int(np.flatnonzero((flat < 0) | (flat >= n))[0])
+    where = ",".join(str(int(i)) for i in np.unravel_index(pos, indices.shape))
+    raise ctx.error(_E, f"indices[{where}] = {flat[pos]} is not in [0, {n})")
+
+
+def _take(params, indices, axis):
+    r = np.take(params, indices, axis=axis)
+    return r if type(r) is np.ndarray else np.asarray(r, dtype=params.dtype)
+
+
+def _gather(ctx):
+    def gather(params, indices):
+        if params.ndim == 0:
+            raise ctx.error(_E, "cannot gather from a scalar")
+        _check_indices(ctx, indices, params.shape[0])
+        return _take(params, indices, 0)
+    return gather
+
+
+def _gather_v2(ctx):
+    def gather(params, indices, axis):
+        if params.ndim == 0:
+            raise ctx.error(_E, "cannot gather from a scalar")
+        a = _norm_axis(ctx, axis, params.ndim, "gather axis")
+        _check_indices(ctx, indices, params.shape[a])
+        return _take(params, indices, a)
+    return gather
+
+
+def _expand_dims(ctx):
+    def expand_dims(x, dim):
+        if dim.size != 1:
+            raise ctx.error(_E, f"the expand_dims axis must be a scalar, got shape {dim.shape}")
+        return np.expand_dims(x, _norm_axis(ctx, dim.reshape(-1)[0], x.ndim + 1, "expand_dims axis"))
+    return expand_dims
+
+
+def _squeeze(ctx):
+    axes = ctx.attrs["squeeze_dims"]
+    if not axes:
+        return np.squeeze
+
+    def squeeze(x):
+        norm = tuple(sorted({_norm_axis(ctx, a, x.ndim, "squeeze axis") for a in axes}))
+        for a in norm:
+            if x.shape[a] != 1:
+                raise ctx.error(_E, f"cannot squeeze dimension {a} of shape {x.shape}: its size is not 1")
+        return np.squeeze(x, axis=norm)
+    return squeeze
+
+
+def _tile(ctx):
+    def tile(x, multiples):
+        m = _int_list(ctx, multiples, "multiples")
+        if len(m) != x.ndim:
+            raise ctx.error(_E, f"multiples {m} must have one element per dimension of the input {x.shape}")
+        if any(k < 0 for k in m):
+            raise ctx.error(_E, f"multiples {m} must be >= 0")
+        return np.tile(x, m)
+    return tile
+
+
+def _range(ctx):
+    dt = ctx.attrs["Tidx"]
+    np_dt = dt.np_dtype
+
+    def range_(start, limit, delta):
+        s, lim, d = start.item(), limit.item(), delta.item()
+        n = range_length(s, lim, d)
+        if dt.is_integer:
+            return np.arange(s, lim, d, dtype=np_dt)
+        # Computed from the length, so the result always has the length the shape function says.
+        return (np.arange(n, dtype=np.float64) * d + s).astype(np_dt)
+    return range_
+
+
+def _one_hot(ctx):
+    axis = ctx.attrs["axis"]
+    dt = ctx.attrs["T"].np_dtype
+
+    def one_hot(indices, depth, on_value, off_value):
+        d = int(depth)
+        if d < 0:
+            raise ctx.error(_E, f"depth must be >= 0, got {d}")
+        out = np.where(indices[..., None] == np.arange(d), on_value, off_value)
+        if out.dtype != dt:
+            out = out.astype(dt)
+        if axis != -1 and axis != indices.ndim:
+            out = np.moveaxis(out, -1, axis)
+        return out
+    return one_hot
+
+
 def register(reg):
     reg.register("Const", CPU, factory=_const)
     reg.register("Placeholder", CPU, factory=_placeholder)
+    reg.register("PlaceholderWithDefault", CPU, _identity)
     reg.register("Identity", CPU, _identity)
+    reg.register("StopGradient", CPU, _identity)
     reg.register("Pack", CPU, factory=lambda ctx: (lambda *xs, _a=ctx.attrs["axis"]: np.stack(xs, axis=_a)))
+    reg.register("Unpack", CPU, factory=_unpack)
+    reg.register("ConcatV2", CPU, factory=_concat)
+    reg.register("Slice", CPU, factory=_slice)
+    reg.register("StridedSlice", CPU, factory=_strided_slice)
+    reg.register("Split", CPU, factory=_split)
+    reg.register("SplitV", CPU, factory=_split_v)
+    reg.register("Reshape", CPU, factory=_reshape)
+    reg.register("Transpose", CPU, factory=_transpose)
+    reg.register("Rank", CPU, _rank)
+    reg.register("Shape", CPU, factory=_shape)
+    reg.register("Size", CPU, factory=_size)
+    reg.register("Fill", CPU, factory=_fill)
+    reg.register("ZerosLike", CPU, factory=_zeros_like)
+    reg.register("OnesLike", CPU, np.ones_like)
+    reg.register("Gather", CPU, factory=_gather)
+    reg.register("GatherV2", CPU, factory=_gather_v2)
+    reg.register("ExpandDims", CPU, factory=_expand_dims)
+    reg.register("Squeeze", CPU, factory=_squeeze)
+    reg.register("Tile", CPU, factory=_tile)
+    reg.register("Range", CPU, factory=_range)
+    reg.register("OneHot", CPU, factory=_one_hot)
