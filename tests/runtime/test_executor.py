@@ -97,3 +97,10 @@ def test_device_constraint_that_matches_nothing():
             s.run(y)
     with tw.Session(config=tw.ConfigProto(allow_soft_placement=True)) as s:
         assert s.run(y) == 2.0
+
+
+def test_single_element_list_outputs_are_unwrapped(sess):
+    (piece,) = tw.split(tw.constant([1.0, 2.0]), 1)
+    np.testing.assert_array_equal(sess.run(piece), [1.0, 2.0])
+    np.testing.assert_array_equal(sess.run(tw.reshape(tw.constant([5]), [])), 5)
+    assert tw.constant([], dtype=tw.int32).shape.as_list() == [0]

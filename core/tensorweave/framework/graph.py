@@ -523,7 +523,8 @@ def _to_const_array(value, dtype, name=None) -> np.ndarray:
     if raw.dtype.kind in "OSU":
         raise errors.InvalidArgumentError(f"expected {dtype.name}{what}, got {value!r} of type {type(value).__name__}")
     ok = (
-        (raw.dtype.kind == "b" and (dtype.is_bool or dtype.is_numeric))
+        raw.size == 0  # `[]` reads as float64 in NumPy but holds nothing to lose
+        or (raw.dtype.kind == "b" and (dtype.is_bool or dtype.is_numeric))
         or (raw.dtype.kind in "iu" and (dtype.is_numeric or (dtype.is_bool and raw.size == 0)))
         or (raw.dtype.kind == "f" and (dtype.is_floating or dtype.is_complex))
         or (raw.dtype.kind == "c" and dtype.is_complex)

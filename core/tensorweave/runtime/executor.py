@@ -72,7 +72,7 @@ class StepContext:
 
 class _Node:
     __slots__ = ("op", "fn", "kd", "ins", "outs", "kind", "reads", "consumers", "pending",
-                 "expensive", "track")
+                 "expensive", "track", "unwrap")
 
 
 def _static_nbytes(t) -> int | None:
@@ -181,7 +181,10 @@ class CompiledPartition:
             n.track = any(s is None or s > SMALL_BYTES for s in sizes)
             n.expensive = _estimate_flops(op) > EXPENSIVE_FLOPS
             n_out = len(op.outputs)
-            if kd.is_async or kd.takes_context or n_out != 1 or n.track or len(n.ins) > 2:
+            # A list output of length one (Split with num_split=1): the kernel may return a
+            # 1-tuple, which must not become the tensor's value.
+            n.unwrap = n_out == 1 and op.op_def.outputs[0].is_list
+            if kd.is_async or kd.takes_context or n_out != 1 or n.track or n.unwrap or len(n.ins) > 2:
                 n.kind = K_GENERIC
             else:
                 n.kind = len(n.ins)
@@ -300,6 +303,8 @@ class CompiledPartition:
     def _store(self, n: _Node, res, vals):
         outs = n.outs
         if len(outs) == 1:
+            if n.unwrap and isinstance(res, tuple | list):
+                res = res[0]
             vals[outs[0]] = res
             if n.track:
                 self.allocator.track(res)
