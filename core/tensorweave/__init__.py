@@ -32,6 +32,7 @@ from tensorweave.framework.tensor_shape import TensorShape
 from tensorweave.ops import nn
 from tensorweave.ops.array_ops import *  # noqa: F401,F403  (each family lists its API in __all__)
 from tensorweave.ops.control_ops import group, no_op
+from tensorweave.ops.gradients import NotDifferentiable, RegisterGradient, gradients, no_gradient
 from tensorweave.ops.control_ops import tuple_ as tuple
 from tensorweave.ops.math_ops import *  # noqa: F401,F403
 from tensorweave.ops.random_ops import *  # noqa: F401,F403

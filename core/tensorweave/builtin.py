@@ -17,6 +17,10 @@ def tensorweave_register_ops(registry):
 
     for family in ops.FAMILIES:
         importlib.import_module(f"tensorweave.ops.{family}").register_ops(registry)
+    for module in ops.GRADIENTS:
+        mod = importlib.import_module(f"tensorweave.ops.{module}")
+        mod.register_ops(registry)
+        mod.register_gradients(registry)
 
 
 @hookimpl

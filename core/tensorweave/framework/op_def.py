@@ -169,12 +169,19 @@ def parse_arg(spec: str, attrs: dict[str, AttrDef]) -> ArgDef:
     return ArgDef(name, fixed_dtype=fixed, number_attr=number, is_ref=is_ref)
 
 
+def NO_GRADIENT(op, *grads):  # noqa: N802 - a marker, used by identity
+    """Marker gradient: the op is not differentiable; gradients stop at it silently."""
+    return [None] * len(op.inputs)
+
+
 class OpRegistry:
     """All op definitions known to this process, filled through ``tensorweave_register_ops``."""
 
     def __init__(self):
         self._ops: dict[str, OpDef] = {}
         self._overrides: set[str] = set()
+        self._pending_gradients: dict[str, tuple] = {}  # gradients for ops defined later
+        self._gradient_sources: dict[str, str] = {}
         self.source = "tensorweave"  # set by the plugin loader around each plugin's hook call
 
     def op(self, name: str, inputs=(), outputs=(), attrs=(), shape_fn=None, stateful=False,
@@ -205,8 +212,38 @@ class OpRegistry:
             )
         if existing is not None:
             op_def.gradient = existing.gradient
+        pending = self._pending_gradients.pop(name, None)
+        if pending is not None:
+            op_def.gradient = pending[0]
         self._ops[name] = op_def
         return op_def
+
+    def gradient(self, op_name: str, fn: Callable | None = None, override: bool = False):
+        """Register the gradient function of ``op_name`` (usable as a decorator).
+
+        ``fn(op, *output_grads)`` returns one gradient per input of ``op`` (a Tensor, or None
+        where the input gets no gradient); ``output_grads`` holds one Tensor per output
+        (zeros for outputs that received none). ``fn=NO_GRADIENT`` declares the op not
+        differentiable: gradients stop there without an error.
+        """
+        def deco(f):
+            prev = self._gradient_sources.get(op_name)
+            if prev is not None and not override and prev != self.source:
+                raise errors.PluginConflictError(
+                    f"gradient for op {op_name!r} is registered twice: by {prev} and by {self.source}; "
+                    "pass override=True in the plugin that means to replace it")
+            self._gradient_sources[op_name] = self.source
+            if op_name in self._ops:
+                self._ops[op_name].gradient = f
+            else:
+                self._pending_gradients[op_name] = (f, self.source)
+            return f
+        return deco(fn) if fn is not None else deco
+
+    def no_gradient(self, *op_names: str) -> None:
+        """Declare ops not differentiable (Shape, ArgMax, comparisons, ...)."""
+        for name in op_names:
+            self.gradient(name, NO_GRADIENT)
 
     def get(self, name: str) -> OpDef:
         try:

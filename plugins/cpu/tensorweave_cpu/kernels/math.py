@@ -125,6 +125,8 @@ def _add_n(ctx):
         if len(xs) == 1:
             return xs[0]
         out = np.add(xs[0], xs[1])  # a fresh array: accumulating into it leaves the inputs alone
+        if type(out) is not np.ndarray:  # 0-d inputs give a NumPy scalar, which `out=` refuses
+            out = np.asarray(out)
         for x in xs[2:]:
             np.add(out, x, out=out)
         return out
@@ -302,6 +304,7 @@ def _matrix_determinant(ctx):
 
 
 def register(reg):
+    register_gradient_helpers(reg)
     for op, fn in _UFUNCS.items():
         reg.register(op, CPU, fn)
     reg.register("Add", CPU, _string_concat, constraints={"T": ["string"]}, priority=1)
@@ -335,3 +338,33 @@ def register(reg):
 
 def _string_concat(x, y):
     return np.frompyfunc(lambda a, b: a + b, 2, 1)(x, y).astype(object)
+
+
+def _broadcast_gradient_args(s0, s1):
+    """Axes to sum for each operand of a broadcast (TensorFlow's BroadcastGradientArgs)."""
+    s0, s1 = [int(d) for d in s0], [int(d) for d in s1]
+    n = max(len(s0), len(s1))
+    a = [1] * (n - len(s0)) + s0
+    b = [1] * (n - len(s1)) + s1
+    r0, r1 = [], []
+    for i, (x, y) in enumerate(zip(a, b)):
+        if x == y:
+            continue
+        if x == 1:
+            r0.append(i)
+        elif y == 1:
+            r1.append(i)
+        else:
+            raise errors.InvalidArgumentError(f"incompatible shapes for broadcasting: {s0} and {s1}")
+    for i in range(n - len(s0)):
+        if i not in r0:
+            r0.append(i)
+    for i in range(n - len(s1)):
+        if i not in r1:
+            r1.append(i)
+    return np.array(sorted(r0), dtype=np.int32), np.array(sorted(r1), dtype=np.int32)
+
+
+def register_gradient_helpers(reg):
+    reg.register("BroadcastGradientArgs", CPU, factory=lambda ctx: (
+        lambda s0, s1, _dt=ctx.output_dtypes[0].np_dtype: tuple(r.astype(_dt) for r in _broadcast_gradient_args(s0, s1))))

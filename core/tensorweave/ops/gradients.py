@@ -1,0 +1,220 @@
+"""Automatic differentiation (whitepaper 4.1): ``tw.gradients`` and gradient registration.
+
+``gradients(ys, xs)`` finds the ops on a path from ``xs`` to ``ys``, then walks them
+backwards from ``ys``, calling each op's registered gradient function and adding the
+resulting nodes to the graph (named ``gradients/<op>_grad/...``). Partial gradients of a
+tensor consumed several times are summed (``AddN``); outputs of a multi-output op that
+received no gradient get zeros; ``xs`` not connected to ``ys`` get ``None``.
+
+Gradient functions are registered with the op definitions, by any plugin
+(``registry.gradient("MyOp")(fn)`` in ``tensorweave_register_ops``), or at run time with
+``@tw.RegisterGradient("MyOp")``.
+"""
+
+from __future__ import annotations
+
+from tensorweave.framework import dtypes, errors
+from tensorweave.framework.graph import Operation, Tensor, convert_to_tensor
+from tensorweave.framework.op_def import NO_GRADIENT
+
+_DIFFERENTIABLE = (dtypes.float16, dtypes.float32, dtypes.float64, dtypes.complex64, dtypes.complex128)
+
+
+def _is_differentiable(t: Tensor) -> bool:
+    return t.dtype in _DIFFERENTIABLE
+
+
+def _as_list(x):
+    return list(x) if isinstance(x, list | tuple) else [x]
+
+
+def _as_x_tensor(x) -> Tensor:
+    # A Variable is differentiated through its reference: every read of it is on the path.
+    if hasattr(x, "_ref") and not isinstance(x, Tensor):
+        return x._ref()
+    if isinstance(x, Tensor):
+        return x
+    raise errors.InvalidArgumentError(f"gradients: xs must be Tensors or Variables, got {x!r}")
+
+
+def _ops_between(from_ops: set, to_ops: list) -> set:
+    """Ops reachable forward from ``from_ops`` that also reach some op in ``to_ops``."""
+    consumers: dict[Operation, list] = {}
+    graph = next(iter(to_ops)).graph
+    for op in graph._nodes:
+        for t in op._inputs:
+            consumers.setdefault(t.op, []).append(op)
+    reached = set()
+    stack = list(from_ops)
+    while stack:
+        op = stack.pop()
+        if op in reached:
+            continue
+        reached.add(op)
+        stack.extend(consumers.get(op, ()))
+    between = set()
+    stack = [op for op in to_ops if op in reached]
+    while stack:
+        op = stack.pop()
+        if op in between:
+            continue
+        between.add(op)
+        stack.extend(t.op for t in op._inputs if t.op in reached)
+    return between
+
+
+def gradients(ys, xs, grad_ys=None, name="gradients", colocate_gradients_with_ops=False,
+              gate_gradients=False, aggregation_method=None, stop_gradients=None):
+    """Symbolic partial derivatives of ``sum(ys)`` with respect to each of ``xs``.
+
+    Returns a list with one Tensor (or None, when unconnected) per element of ``xs``.
+    ``grad_ys`` are the initial gradients of ``ys`` (default: ones). Tensors in
+    ``stop_gradients`` are treated as constants.
+    """
+    from tensorweave.ops import array_ops, math_ops
+
+    ys = [convert_to_tensor(y) for y in _as_list(ys)]
+    xs_list = [_as_x_tensor(x) for x in _as_list(xs)]
+    if grad_ys is None:
+        grad_ys = [None] * len(ys)
+    else:
+        grad_ys = _as_list(grad_ys)
+        if len(grad_ys) != len(ys):
+            raise errors.InvalidArgumentError(
+                f"gradients: {len(grad_ys)} grad_ys given for {len(ys)} ys; they must correspond")
+    for y in ys:
+        if not _is_differentiable(y):
+            raise errors.InvalidArgumentError(
+                f"gradients: cannot differentiate tensor '{y.name}' of dtype {y.dtype.name}; only "
+                f"floating-point and complex tensors have gradients (cast it with tw.cast first)")
+    graph = ys[0].graph
+    stop_ops = {t.op for t in (_as_list(stop_gradients) if stop_gradients is not None else [])}
+
+    with graph.as_default(), graph.name_scope(name):
+        # Initial gradients.
+        grads: dict[Tensor, list] = {}
+        for i, (y, gy) in enumerate(zip(ys, grad_ys)):
+            if gy is None:
+                gy = array_ops.ones_like(y, name=f"grad_ys_{i}")
+            else:
+                gy = convert_to_tensor(gy, dtype=y.dtype, name=f"grad_ys_{i}")
+                if not y.shape.is_compatible_with(gy.shape):
+                    raise errors.InvalidArgumentError(
+                        f"gradients: grad_ys[{i}] has shape {gy.shape} but ys[{i}] ('{y.name}') has "
+                        f"shape {y.shape}; they must match")
+            grads.setdefault(y, []).append(gy)
+
+        between = _ops_between({x.op for x in xs_list}, [y.op for y in ys])
+        # How many consumers in `between` each op still waits for before its gradient is complete.
+        pending = {op: 0 for op in between}
+        for op in between:
+            for t in op._inputs:
+                if t.op in between:
+                    pending[t.op] += 1
+        ready = [op for op in between if pending[op] == 0]
+        # An x's producer is not differentiated further unless another x feeds it.
+        for x in xs_list:
+            if not any(t.op in between for t in x.op._inputs):
+                stop_ops.add(x.op)
+        while ready:
+            op = ready.pop()
+            if op not in stop_ops:
+                _backprop_op(op, grads, math_ops)
+            for t in op._inputs:
+                if t.op in between:
+                    pending[t.op] -= 1
+                    if pending[t.op] == 0:
+                        ready.append(t.op)
+
+        result = []
+        for x in xs_list:
+            parts = grads.get(x)
+            result.append(_aggregate(parts, math_ops) if parts else None)
+    return result
+
+
+def _backprop_op(op: Operation, grads: dict, math_ops) -> None:
+    out_grads = []
+    has_grad = False
+    for t in op._outputs:
+        parts = grads.get(t)
+        if parts:
+            has_grad = True
+            out_grads.append(_aggregate(parts, math_ops))
+        else:
+            out_grads.append(None)
+    if not has_grad:
+        return
+    fn = op.op_def.gradient
+    if fn is NO_GRADIENT or not any(_is_differentiable(t) for t in op._inputs):
+        return
+    if fn is None:
+        raise errors.NotFoundError(
+            f"no gradient is registered for op type {op.type} (node '{op.name}'), which lies between "
+            f"the xs and ys of tw.gradients. Register one with @tw.RegisterGradient(\"{op.type}\") "
+            f"(fn(op, *output_grads) -> one gradient per input), or in a plugin's "
+            f"tensorweave_register_ops hook with registry.gradient(\"{op.type}\")(fn); declare it not "
+            f"differentiable with tw.NotDifferentiable(\"{op.type}\")", node_def=op.name, op=op)
+    from tensorweave.ops import array_ops
+
+    # Outputs that received no gradient contribute zeros (multi-output ops).
+    out_grads = [g if g is not None else (array_ops.zeros_like(t) if _is_differentiable(t) else None)
+                 for g, t in zip(out_grads, op._outputs)]
+    with op.graph.name_scope(op.name + "_grad"):
+        in_grads = fn(op, *out_grads)
+    if isinstance(in_grads, Tensor) or in_grads is None:
+        in_grads = [in_grads]
+    in_grads = list(in_grads)
+    if len(in_grads) != len(op._inputs):
+        raise errors.InternalError(
+            f"gradient function for {op.type} returned {len(in_grads)} gradients for {len(op._inputs)} inputs")
+    for t, g in zip(op._inputs, in_grads):
+        if g is None or not _is_differentiable(t):
+            continue
+        g = convert_to_tensor(g)
+        if g.dtype is not t.dtype:
+            raise errors.InternalError(
+                f"gradient function for {op.type} returned a {g.dtype.name} gradient for input '{t.name}' "
+                f"of dtype {t.dtype.name}")
+        grads.setdefault(t, []).append(g)
+
+
+def _aggregate(parts: list, math_ops) -> Tensor:
+    if len(parts) == 1:
+        return parts[0]
+    return math_ops.add_n(parts)
+
+
+class RegisterGradient:
+    """Decorator registering a gradient function for an op type (TF1 ``tf.RegisterGradient``)::
+
+        @tw.RegisterGradient("ScaledClip")
+        def _scaled_clip_grad(op, grad):
+            return grad * op.get_attr("scale")
+    """
+
+    def __init__(self, op_type: str):
+        if not isinstance(op_type, str):
+            raise errors.InvalidArgumentError("RegisterGradient expects an op type name")
+        self.op_type = op_type
+
+    def __call__(self, fn):
+        from tensorweave import plugins
+
+        reg = plugins.registry().ops
+        reg.source = "user code"
+        reg.gradient(self.op_type, fn, override=True)
+        return fn
+
+
+def NotDifferentiable(op_type: str) -> None:  # noqa: N802 - TF1 name
+    """Declare ``op_type`` not differentiable: gradients stop there without an error."""
+    from tensorweave import plugins
+
+    reg = plugins.registry().ops
+    reg.source = "user code"
+    reg.gradient(op_type, NO_GRADIENT, override=True)
+
+
+no_gradient = NotDifferentiable
+
