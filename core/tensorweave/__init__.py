@@ -29,7 +29,10 @@ from tensorweave.framework.graph import (
 )
 from tensorweave.framework.serialization import import_graph_def
 from tensorweave.framework.tensor_shape import TensorShape
+from tensorweave import layers, train
 from tensorweave.ops import nn
+from tensorweave.ops.init_ops import *  # noqa: F401,F403
+from tensorweave.ops.variable_scope import *  # noqa: F401,F403
 from tensorweave.ops.array_ops import *  # noqa: F401,F403  (each family lists its API in __all__)
 from tensorweave.ops.control_ops import group, no_op
 from tensorweave.ops.gradients import NotDifferentiable, RegisterGradient, gradients, no_gradient

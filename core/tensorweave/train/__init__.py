@@ -1,1 +1,1 @@
-"""Training: optimizers, Saver, checkpoint/restore. Filled in by the training issue."""
+"""``tw.train``: optimizers, global step (and later Saver, checkpoints)."""
