@@ -32,7 +32,7 @@ __all__ = [
     "concat", "slice", "split", "reshape", "transpose", "rank", "shape", "size", "fill",
     "zeros", "ones", "zeros_like", "ones_like", "gather", "unstack", "unpack", "expand_dims",
     "squeeze", "tile", "range", "one_hot", "stop_gradient", "placeholder_with_default",
-    "strided_slice",
+    "strided_slice", "broadcast_to", "invert_permutation", "setdiff1d",
 ]
 
 _INDEX = "{int32, int64}"
@@ -548,6 +548,56 @@ def _strided_slice_shape(op):
 
 
 # ---------------------------------------------------------------------------------------
+# BroadcastTo, InvertPermutation, ListDiff, StridedSliceGrad (also used by gradients)
+def _broadcast_to_shape(op):
+    x, shape_t = op.inputs
+    _vector_length(shape_t)
+    target = constant_value_as_shape(shape_t)
+    v = _const_ints(shape_t)
+    if v is not None and any(d < 0 for d in v):
+        raise errors.InvalidArgumentError(f"broadcast_to: shape {v} must be >= 0")
+    if target.ndims is None:
+        return [TensorShape(None)]
+    xs = x.shape
+    if xs.ndims is None:
+        return [target]
+    if xs.ndims > target.ndims:
+        raise errors.InvalidArgumentError(
+            f"cannot broadcast a tensor of shape {xs} to the lower-rank shape {target}")
+    dims = target.dims
+    lead = target.ndims - xs.ndims
+    for i, d in enumerate(xs.dims):
+        t = dims[lead + i]
+        if d is None or d == 1:
+            continue
+        if t is None:
+            dims[lead + i] = d
+        elif t != d:
+            raise errors.InvalidArgumentError(f"cannot broadcast a tensor of shape {xs} to shape {target}")
+    return [TensorShape(dims)]
+
+
+def _invert_permutation_shape(op):
+    _vector_length(op.inputs[0])
+    p = _const_ints(op.inputs[0])
+    if p is not None:
+        _check_perm(p, None)
+    return [op.inputs[0].shape]
+
+
+def _list_diff_shape(op):
+    _vector_length(op.inputs[0])
+    _vector_length(op.inputs[1])
+    return [TensorShape([None]), TensorShape([None])]
+
+
+def _strided_slice_grad_shape(op):
+    shape_t = op.inputs[0]
+    _vector_length(shape_t)
+    return [constant_value_as_shape(shape_t)]
+
+
+# ---------------------------------------------------------------------------------------
 def register_ops(reg):
     reg.op("Const", outputs=["output: dtype"], attrs=["value: tensor", "dtype: type"], shape_fn=_const_shape,
            doc="A constant tensor; its value is an attr.")
@@ -602,6 +652,20 @@ def register_ops(reg):
            attrs=["Tidx: {float32, float64, int32, int64} = int32"], shape_fn=_range_shape)
     reg.op("OneHot", inputs=["indices: TI", "depth: int32", "on_value: T", "off_value: T"], outputs=["output: T"],
            attrs=["axis: int = -1", "T: type", "TI: {uint8, int32, int64} = int64"], shape_fn=_one_hot_shape)
+    reg.op("BroadcastTo", inputs=["input: T", "shape: Tidx"], outputs=["output: T"],
+           attrs=["T: type", f"Tidx: {_INDEX} = int32"], shape_fn=_broadcast_to_shape,
+           doc="The input broadcast (NumPy rules) to the given shape.")
+    reg.op("InvertPermutation", inputs=["x: T"], outputs=["y: T"], attrs=[f"T: {_INDEX} = int32"],
+           shape_fn=_invert_permutation_shape, doc="y[x[i]] = i for a permutation x of 0..n-1.")
+    reg.op("ListDiff", inputs=["x: T", "y: T"], outputs=["out: T", "idx: out_idx"],
+           attrs=["T: type", f"out_idx: {_INDEX} = int32"], shape_fn=_list_diff_shape,
+           doc="The elements of vector x not in y, in order, and their positions in x.")
+    reg.op("StridedSliceGrad", inputs=["shape: Index", "begin: Index", "end: Index", "strides: Index", "dy: T"],
+           outputs=["output: T"],
+           attrs=["T: type", f"Index: {_INDEX}", "begin_mask: int = 0", "end_mask: int = 0",
+                  "ellipsis_mask: int = 0", "new_axis_mask: int = 0", "shrink_axis_mask: int = 0"],
+           shape_fn=_strided_slice_grad_shape,
+           doc="Zeros of the given shape with dy written where StridedSlice with the same spec reads.")
 
 
 # ---------------------------------------------------------------------------------------
@@ -949,6 +1013,24 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
     on = convert_to_tensor(1 if on_value is None else on_value, dtype=dtype)
     off = convert_to_tensor(0 if off_value is None else off_value, dtype=dtype)
     return apply_op("OneHot", [indices, depth, on, off], {"axis": -1 if axis is None else axis}, name=name)
+
+
+def broadcast_to(input, shape, name=None):  # noqa: A002 - TF1 argument name
+    """``input`` broadcast to ``shape`` with NumPy rules (``tf.broadcast_to``)."""
+    return apply_op("BroadcastTo", [input, _index_tensor(shape)], name=name)
+
+
+def invert_permutation(x, name=None):
+    """The inverse of the permutation ``x`` (``y[x[i]] = i``; ``tf.invert_permutation``)."""
+    return apply_op("InvertPermutation", [_index_tensor(x, "permutation")], name=name)
+
+
+def setdiff1d(x, y, index_dtype=dtypes.int32, name=None):
+    """The elements of the vector ``x`` that are not in ``y`` (in their order in ``x``) and
+    their indices in ``x``: ``(out, idx)`` (``tf.setdiff1d``)."""
+    x = convert_to_tensor(x)
+    y = convert_to_tensor(y, dtype=x.dtype) if not isinstance(y, Tensor) else y
+    return apply_op("ListDiff", [x, y], {"out_idx": dtypes.as_dtype(index_dtype)}, name=name)
 
 
 # ---------------------------------------------------------------------------------------

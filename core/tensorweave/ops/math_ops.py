@@ -74,6 +74,9 @@ __all__ = [
     "argmin",
     "matrix_inverse",
     "matrix_determinant",
+    "cumsum",
+    "cumprod",
+    "unsorted_segment_sum",
 ]
 
 _NUM = "T: {float16, float32, float64, int8, int16, int32, int64, uint8, uint16, uint32, uint64, complex64, complex128}"
@@ -187,6 +190,33 @@ def _arg_reduction_shape(op):
     return [TensorShape(dims)]
 
 
+def _cumulative_shape(op):
+    s = op.inputs[1].shape
+    if s.ndims not in (None, 0):
+        raise errors.InvalidArgumentError(f"axis must be a scalar, got shape {s}")
+    x = op.inputs[0].shape
+    axis = constant_value(op.inputs[1])
+    if axis is not None and x.ndims is not None:
+        shape_fns.normalize_axis(int(axis), x.ndims, "axis")
+    return [x]
+
+
+def _unsorted_segment_sum_shape(op):
+    data, ids, num_t = op.inputs
+    if num_t.shape.ndims not in (None, 0):
+        raise errors.InvalidArgumentError(f"num_segments must be a scalar, got shape {num_t.shape}")
+    num = constant_value(num_t)
+    if num is not None and int(num) < 0:
+        raise errors.InvalidArgumentError(f"num_segments must be >= 0, got {int(num)}")
+    d, i = data.shape, ids.shape
+    if d.ndims is None or i.ndims is None:
+        return [TensorShape(None)]
+    if i.ndims > d.ndims or not d[:i.ndims].is_compatible_with(i):
+        raise errors.InvalidArgumentError(
+            f"segment_ids of shape {i} must be a prefix of the shape of data {d}")
+    return [TensorShape([None if num is None else int(num)]).concatenate(d[i.ndims:])]
+
+
 def register_ops(reg):
     for name, (types, comm) in BINARY.items():
         reg.op(name, inputs=["x: T", "y: T"], outputs=["z: T"], attrs=[types], shape_fn=shape_fns.broadcast,
@@ -225,6 +255,17 @@ def register_ops(reg):
            shape_fn=_matrix_inverse_shape)
     reg.op("MatrixDeterminant", inputs=["input: T"], outputs=["output: T"], attrs=[_LINALG_T],
            shape_fn=_matrix_determinant_shape)
+    for name in ("Cumsum", "Cumprod"):
+        reg.op(name, inputs=["x: T", "axis: Tidx"], outputs=["out: T"],
+               attrs=["exclusive: bool = false", "reverse: bool = false", _NUM, _TIDX], shape_fn=_cumulative_shape,
+               doc=f"Cumulative {'sum' if name == 'Cumsum' else 'product'} along axis; exclusive leaves out the "
+                   "element itself, reverse runs from the end.")
+    reg.op("UnsortedSegmentSum", inputs=["data: T", "segment_ids: Tindices", "num_segments: Tnumsegments"],
+           outputs=["output: T"],
+           attrs=[_NUM, "Tindices: {int32, int64}", "Tnumsegments: {int32, int64} = int32"],
+           shape_fn=_unsorted_segment_sum_shape,
+           doc="output[j, ...] = sum of data[i..., ...] over the i with segment_ids[i...] == j; negative ids "
+               "are dropped.")
 
 
 # ---------------------------------------------------------------------------------------
@@ -511,6 +552,30 @@ def matrix_inverse(input, adjoint=False, name=None):  # noqa: A002 - TF1 name
 def matrix_determinant(input, name=None):  # noqa: A002 - TF1 name
     """Determinant of each square matrix in the last two dimensions (``tf.matrix_determinant``)."""
     return apply_op("MatrixDeterminant", [input], name=name)
+
+
+# ---------------------------------------------------------------------------------------
+# scans and segments
+def cumsum(x, axis=0, exclusive=False, reverse=False, name=None):
+    """Cumulative sum along ``axis`` (``tf.cumsum``): ``exclusive`` leaves each element out
+    of its own sum, ``reverse`` sums from the end."""
+    return apply_op("Cumsum", [x, axis], {"exclusive": exclusive, "reverse": reverse}, name=name)
+
+
+def cumprod(x, axis=0, exclusive=False, reverse=False, name=None):
+    """Cumulative product along ``axis`` (``tf.cumprod``), with ``exclusive`` and ``reverse``
+    as in ``cumsum``."""
+    return apply_op("Cumprod", [x, axis], {"exclusive": exclusive, "reverse": reverse}, name=name)
+
+
+def unsorted_segment_sum(data, segment_ids, num_segments, name=None):
+    """Sums of the slices of ``data`` by segment (``tf.unsorted_segment_sum``).
+
+    ``segment_ids`` has the shape of a prefix of ``data``'s; the result has shape
+    ``[num_segments] + data.shape[segment_ids.ndim:]``, zeros for empty segments. Negative
+    ids are dropped; ids >= ``num_segments`` are an error.
+    """
+    return apply_op("UnsortedSegmentSum", [data, segment_ids, num_segments], name=name)
 
 
 # ---------------------------------------------------------------------------------------

@@ -310,6 +310,61 @@ def _one_hot(ctx):
     return one_hot
 
 
+def _broadcast_to(ctx):
+    def broadcast_to(x, shape):
+        dims = _int_list(ctx, shape, "shape")
+        try:
+            return np.broadcast_to(x, dims)  # a read-only view: nothing writes into kernel outputs
+        except ValueError:
+            raise ctx.error(_E, f"cannot broadcast a tensor of shape {x.shape} to shape {tuple(dims)}") from None
+    return broadcast_to
+
+
+def _invert_permutation(ctx):
+    def invert_permutation(x):
+        p = _int_list(ctx, x, "x")
+        n = len(p)
+        if sorted(p) != list(range(n)):
+            raise ctx.error(_E, f"{p} is not a permutation of 0..{n - 1}")
+        out = np.empty(n, dtype=x.dtype)
+        out[x] = np.arange(n, dtype=x.dtype)
+        return out
+    return invert_permutation
+
+
+def _list_diff(ctx):
+    idx_dt = ctx.attrs["out_idx"].np_dtype
+
+    def list_diff(x, y):
+        if x.ndim != 1 or y.ndim != 1:
+            raise ctx.error(_E, f"x and y must be vectors, got shapes {x.shape} and {y.shape}")
+        keep = ~np.isin(x, y) if x.dtype != object else np.array([v not in set(y.tolist()) for v in x], dtype=bool)
+        idx = np.flatnonzero(keep).astype(idx_dt)
+        return x[keep], idx
+    return list_diff
+
+
+def _strided_slice_grad(ctx):
+    masks = tuple(ctx.attrs[k] for k in ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask",
+                                         "shrink_axis_mask"))
+    dt = ctx.attrs["T"].np_dtype
+
+    def strided_slice_grad(shape, begin, end, strides, dy):
+        dims = _int_list(ctx, shape, "shape")
+        idx = strided_slice_index(_int_list(ctx, begin, "begin"), _int_list(ctx, end, "end"),
+                                  _int_list(ctx, strides, "strides"), *masks)
+        if not any(e is Ellipsis for e in idx):
+            idx += (Ellipsis,)
+        out = np.zeros(dims, dtype=dt)
+        try:
+            out[idx] = dy
+        except (IndexError, ValueError) as e:
+            raise ctx.error(_E, f"cannot write a gradient of shape {dy.shape} into shape {tuple(dims)} "
+                                f"with this slice spec: {e}") from None
+        return out
+    return strided_slice_grad
+
+
 def register(reg):
     reg.register("Const", CPU, factory=_const)
     reg.register("Placeholder", CPU, factory=_placeholder)
@@ -338,3 +393,7 @@ def register(reg):
     reg.register("Tile", CPU, factory=_tile)
     reg.register("Range", CPU, factory=_range)
     reg.register("OneHot", CPU, factory=_one_hot)
+    reg.register("BroadcastTo", CPU, factory=_broadcast_to)
+    reg.register("InvertPermutation", CPU, factory=_invert_permutation)
+    reg.register("ListDiff", CPU, factory=_list_diff)
+    reg.register("StridedSliceGrad", CPU, factory=_strided_slice_grad)

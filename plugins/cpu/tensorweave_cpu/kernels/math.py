@@ -303,6 +303,63 @@ def _matrix_determinant(ctx):
     return det
 
 
+# ---------------------------------------------------------------------------------------
+# scans and segments
+def _cumulative(ufunc, identity):
+    def factory(ctx):
+        exclusive, reverse = ctx.attrs["exclusive"], ctx.attrs["reverse"]
+        dt = ctx.output_dtypes[0].np_dtype
+        acc = np.float32 if dt == np.float16 else dt
+
+        def f(x, axis):
+            if x.ndim == 0:
+                raise ctx.error(errors.InvalidArgumentError, "cannot take a cumulative reduction of a scalar")
+            a = int(axis)
+            if not -x.ndim <= a < x.ndim:
+                raise ctx.error(errors.InvalidArgumentError, f"axis {a} is out of range for input of rank {x.ndim}")
+            a %= x.ndim
+            if reverse:
+                x = np.flip(x, a)
+            r = ufunc.accumulate(x, axis=a, dtype=acc)
+            if exclusive and x.shape[a]:
+                head = np.full(x.shape[:a] + (1,) + x.shape[a + 1:], identity, dtype=r.dtype)
+                r = np.concatenate([head, r[(slice(None),) * a + (slice(0, -1),)]], axis=a)
+            if reverse:
+                r = np.flip(r, a)
+            return np.asarray(r, dtype=dt)
+        return f
+    return factory
+
+
+def _unsorted_segment_sum(ctx):
+    dt = ctx.output_dtypes[0].np_dtype
+
+    def unsorted_segment_sum(data, ids, num_segments):
+        if num_segments.ndim != 0:
+            raise ctx.error(errors.InvalidArgumentError,
+                            f"num_segments must be a scalar, got shape {num_segments.shape}")
+        n = int(num_segments)
+        if n < 0:
+            raise ctx.error(errors.InvalidArgumentError, f"num_segments must be >= 0, got {n}")
+        if data.shape[:ids.ndim] != ids.shape:
+            raise ctx.error(errors.InvalidArgumentError,
+                            f"segment_ids of shape {ids.shape} must be a prefix of the shape of data {data.shape}")
+        rest = data.shape[ids.ndim:]
+        flat_ids = ids.reshape(-1)
+        if flat_ids.size and flat_ids.max() >= n:
+            pos = int(np.flatnonzero(flat_ids >= n)[0])
+            raise ctx.error(errors.InvalidArgumentError,
+                            f"segment_ids[{pos}] = {flat_ids[pos]} is not in [0, {n})")
+        vals = data.reshape((flat_ids.size,) + rest)
+        keep = flat_ids >= 0
+        if not keep.all():
+            flat_ids, vals = flat_ids[keep], vals[keep]
+        out = np.zeros((n,) + rest, dtype=dt)
+        np.add.at(out, flat_ids, vals)
+        return out
+    return unsorted_segment_sum
+
+
 def register(reg):
     register_gradient_helpers(reg)
     for op, fn in _UFUNCS.items():
@@ -334,6 +391,9 @@ def register(reg):
     reg.register("BatchMatMul", CPU, factory=_batch_matmul)
     reg.register("MatrixInverse", CPU, factory=_matrix_inverse)
     reg.register("MatrixDeterminant", CPU, factory=_matrix_determinant)
+    reg.register("Cumsum", CPU, factory=_cumulative(np.add, 0))
+    reg.register("Cumprod", CPU, factory=_cumulative(np.multiply, 1))
+    reg.register("UnsortedSegmentSum", CPU, factory=_unsorted_segment_sum)
 
 
 def _string_concat(x, y):
@@ -365,6 +425,21 @@ def _broadcast_gradient_args(s0, s1):
     return np.array(sorted(r0), dtype=np.int32), np.array(sorted(r1), dtype=np.int32)
 
 
+def _reduced_shape(ctx):
+    """The shape of a reduction's input with the reduced axes set to 1 (``keep_dims`` shape)."""
+    def reduced_shape(input_shape, axes):
+        out = np.array(input_shape, dtype=np.int32).reshape(-1)
+        n = out.size
+        for a in np.asarray(axes).reshape(-1).tolist():
+            if not -n <= a < max(n, 1):
+                raise ctx.error(errors.InvalidArgumentError, f"reduction axis {a} is out of range for input of rank {n}")
+            if n:
+                out[a % n] = 1
+        return out
+    return reduced_shape
+
+
 def register_gradient_helpers(reg):
     reg.register("BroadcastGradientArgs", CPU, factory=lambda ctx: (
         lambda s0, s1, _dt=ctx.output_dtypes[0].np_dtype: tuple(r.astype(_dt) for r in _broadcast_gradient_args(s0, s1))))
+    reg.register("ReducedShape", CPU, factory=_reduced_shape)
