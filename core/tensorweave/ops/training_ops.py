@@ -1,8 +1,116 @@
 """Training ops: fused optimizer updates (ApplyGradientDescent, ApplyAdam, ...) that update
-variables in place of a chain of Assign ops, as in TensorFlow."""
+variables in place of a chain of Assign ops, as in TensorFlow.
+
+Each op takes the variable (and its optimizer slots) as ``Ref`` inputs, the hyperparameters
+as scalars and the gradient, applies TensorFlow's update formula in one step and outputs the
+variable's new value. Hyperparameters must have the variable's dtype: the optimizers cast
+them (``tw.train``). Shapes are checked when the node is built: the gradient and every slot
+must match the variable, and every hyperparameter must be a scalar.
+"""
 
 from __future__ import annotations
 
+from tensorweave.framework import errors
+from tensorweave.framework.graph import apply_op
+
+# TensorFlow allows any number type; these are the ones whose updates make sense here.
+_T = "T: {float16, float32, float64, complex64, complex128}"
+_LOCKING = "use_locking: bool = false"
+
+# op -> (ref inputs, scalar inputs, extra attrs); the gradient is always the last input.
+UPDATES = {
+    "ApplyGradientDescent": (["var"], ["alpha"], []),
+    "ApplyMomentum": (["var", "accum"], ["lr", "momentum"], ["use_nesterov: bool = false"]),
+    "ApplyAdagrad": (["var", "accum"], ["lr"], []),
+    "ApplyAdam": (["var", "m", "v"], ["beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon"],
+                  ["use_nesterov: bool = false"]),
+    "ApplyRMSProp": (["var", "ms", "mom"], ["lr", "rho", "momentum", "epsilon"], []),
+}
+
+# The order of inputs is TensorFlow's, which interleaves refs and scalars for Momentum.
+_INPUT_ORDER = {
+    "ApplyGradientDescent": ["var", "alpha", "delta"],
+    "ApplyMomentum": ["var", "accum", "lr", "grad", "momentum"],
+    "ApplyAdagrad": ["var", "accum", "lr", "grad"],
+    "ApplyAdam": ["var", "m", "v", "beta1_power", "beta2_power", "lr", "beta1", "beta2", "epsilon", "grad"],
+    "ApplyRMSProp": ["var", "ms", "mom", "lr", "rho", "momentum", "epsilon", "grad"],
+}
+
+
+def _make_shape_fn(op_type):
+    refs, scalars, _ = UPDATES[op_type]
+    order = _INPUT_ORDER[op_type]
+    grad_name = "delta" if op_type == "ApplyGradientDescent" else "grad"
+
+    def shape_fn(op):
+        ins = dict(zip(order, op.inputs))
+        var = ins["var"]
+        shape = var.shape
+        for name in refs[1:] + [grad_name]:
+            t = ins[name]
+            if not shape.is_compatible_with(t.shape):
+                raise errors.InvalidArgumentError(
+                    f"{name} '{t.name}' has shape {t.shape} but the variable '{var.name}' has shape "
+                    f"{var.shape}; they must match")
+            shape = shape.merge_with(t.shape)
+        for name in scalars:
+            t = ins[name]
+            if t.shape.ndims is not None and t.shape.ndims != 0:
+                raise errors.InvalidArgumentError(f"{name} must be a scalar, got '{t.name}' of shape {t.shape}")
+        return [shape]
+
+    return shape_fn
+
 
 def register_ops(reg):
-    pass
+    docs = {
+        "ApplyGradientDescent": "var -= alpha * delta.",
+        "ApplyMomentum": ("accum = accum * momentum + grad; var -= lr * accum, or with use_nesterov "
+                          "var -= lr * grad + lr * momentum * accum."),
+        "ApplyAdagrad": "accum += grad * grad; var -= lr * grad / sqrt(accum).",
+        "ApplyAdam": ("lr_t = lr * sqrt(1 - beta2_power) / (1 - beta1_power); m += (grad - m) * (1 - beta1); "
+                      "v += (grad^2 - v) * (1 - beta2); var -= lr_t * m / (sqrt(v) + epsilon) (with "
+                      "use_nesterov, m is replaced by beta1 * m + (1 - beta1) * grad)."),
+        "ApplyRMSProp": ("ms += (grad^2 - ms) * (1 - rho); mom = momentum * mom + lr * grad / sqrt(ms + epsilon); "
+                         "var -= mom."),
+    }
+    for op_type, order in _INPUT_ORDER.items():
+        refs, _, extra = UPDATES[op_type]
+        inputs = [f"{n}: Ref(T)" if n in refs else f"{n}: T" for n in order]
+        reg.op(op_type, inputs=inputs, outputs=["out: T"], attrs=[_T, _LOCKING] + extra,
+               shape_fn=_make_shape_fn(op_type), stateful=True, doc=docs[op_type])
+
+
+def _attrs(use_locking, **kw):
+    attrs = {"use_locking": bool(use_locking)}
+    attrs.update({k: bool(v) for k, v in kw.items()})
+    return attrs
+
+
+def apply_gradient_descent(var, alpha, delta, use_locking=False, name=None):
+    """``var -= alpha * delta``; returns the new value of ``var``."""
+    return apply_op("ApplyGradientDescent", [var, alpha, delta], _attrs(use_locking), name=name)
+
+
+def apply_momentum(var, accum, lr, grad, momentum, use_locking=False, use_nesterov=False, name=None):
+    """Momentum update (TensorFlow's ``ApplyMomentum``); returns the new value of ``var``."""
+    return apply_op("ApplyMomentum", [var, accum, lr, grad, momentum],
+                    _attrs(use_locking, use_nesterov=use_nesterov), name=name)
+
+
+def apply_adagrad(var, accum, lr, grad, use_locking=False, name=None):
+    """Adagrad update; returns the new value of ``var``."""
+    return apply_op("ApplyAdagrad", [var, accum, lr, grad], _attrs(use_locking), name=name)
+
+
+def apply_adam(var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad, use_locking=False,
+               use_nesterov=False, name=None):
+    """Adam update; returns the new value of ``var``."""
+    return apply_op("ApplyAdam", [var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad],
+                    _attrs(use_locking, use_nesterov=use_nesterov), name=name)
+
+
+def apply_rms_prop(var, ms, mom, lr, rho, momentum, epsilon, grad, use_locking=False, name=None):
+    """RMSProp update; returns the new value of ``var``."""
+    return apply_op("ApplyRMSProp", [var, ms, mom, lr, rho, momentum, epsilon, grad], _attrs(use_locking),
+                    name=name)
