@@ -1,15 +1,492 @@
-"""Neural-net kernels."""
+"""Neural-net kernels: activations, softmax and cross-entropies, Conv2D and its backprops,
+pooling, bias, L2 loss, InTopK and CheckNumerics.
+
+Convolution is im2col plus one BLAS matrix product: the windows of the (padded) input are
+a strided view, copied once into a ``[batch * out_h * out_w, kh * kw * in]`` matrix.
+The input gradient goes back the other way (col2im) as one strided add per filter
+position, ``kh * kw`` vectorised steps; pooling loops over window positions the same way.
+No kernel loops over pixels or examples in Python. NCHW inputs are transposed to NHWC
+views around the same code.
+"""
 
 from __future__ import annotations
 
 import numpy as np
+from numpy.lib.stride_tricks import as_strided
+
+from tensorweave.framework import errors
+from tensorweave.ops.nn_ops import conv_output_size, spatial_axes
 
 CPU = "CPU"
+_E = errors.InvalidArgumentError
 
 
+def _zero(x):
+    return np.zeros((), x.dtype)
+
+
+# ---------------------------------------------------------------------------------------
+# activations
 def _relu(x):
-    return np.maximum(x, np.zeros((), x.dtype))
+    return np.maximum(x, _zero(x))
+
+
+def _relu6(x):
+    return np.clip(x, _zero(x), np.asarray(6, x.dtype))
+
+
+# Masks are applied by multiplying (as TF's kernels do) or with min/max rather than
+# np.where: selecting on a data-dependent mask is several times slower.
+def _elu(x):
+    zero = _zero(x)
+    return np.expm1(np.minimum(x, zero)) + np.maximum(x, zero)
+
+
+def _softplus(x):
+    return np.logaddexp(x, _zero(x)).astype(x.dtype, copy=False)
+
+
+def _relu_grad(g, f):
+    return g * (f > 0)
+
+
+def _relu6_grad(g, f):
+    return g * ((f > 0) & (f < 6))
+
+
+def _elu_grad(g, y):
+    # d elu/dx is y + 1 where y < 0, else 1
+    return g * (np.minimum(y, _zero(y)) + np.ones((), y.dtype))
+
+
+def _softplus_grad(g, f):
+    half = np.asarray(0.5, f.dtype)
+    return g * (half * (np.tanh(half * f) + 1))
+
+
+# ---------------------------------------------------------------------------------------
+# softmax and cross-entropies (max-shifted, so no exp overflows)
+def _upcast(x):
+    """float16 is computed in float32 and rounded once at the end."""
+    return x.astype(np.float32) if x.dtype == np.float16 else x
+
+
+def _shifted(x):
+    return x - np.max(x, axis=-1, keepdims=True, initial=-np.inf)
+
+
+def _softmax(x):
+    e = np.exp(_shifted(_upcast(x)))
+    e /= np.sum(e, axis=-1, keepdims=True)
+    return e.astype(x.dtype, copy=False)
+
+
+def _log_softmax(x):
+    s = _shifted(_upcast(x))
+    s -= np.log(np.sum(np.exp(s), axis=-1, keepdims=True))
+    return s.astype(x.dtype, copy=False)
+
+
+def _xent(ctx):
+    def xent(features, labels):
+        if features.ndim != 2 or features.shape != labels.shape:
+            raise ctx.error(_E, f"logits and labels must be 2-D and of one shape, got logits {features.shape} and "
+                                f"labels {labels.shape}")
+        dt = features.dtype
+        s = _shifted(_upcast(features))
+        e = np.exp(s)
+        sum_e = np.sum(e, axis=1, keepdims=True)
+        lab = _upcast(labels)
+        loss = np.sum(lab * (np.log(sum_e) - s), axis=1)
+        backprop = e / sum_e - lab
+        return loss.astype(dt, copy=False), backprop.astype(dt, copy=False)
+    return xent
+
+
+def _sparse_xent(ctx):
+    def sparse_xent(features, labels):
+        if features.ndim != 2 or labels.ndim != 1 or labels.shape[0] != features.shape[0]:
+            raise ctx.error(_E, f"logits must be 2-D and labels 1-D with the same first dimension, got logits "
+                                f"{features.shape} and labels {labels.shape}")
+        n, c = features.shape
+        bad = (labels < 0) | (labels >= c)
+        if bad.any():
+            shown = " ".join(str(v) for v in labels[:20]) + (" ..." if n > 20 else "")
+            raise ctx.error(_E, f"Received a label value of {labels[bad][0]} which is outside the valid range of "
+                                f"[0, {c}). Label values: {shown}")
+        dt = features.dtype
+        s = _shifted(_upcast(features))
+        e = np.exp(s)
+        sum_e = np.sum(e, axis=1, keepdims=True)
+        rows = np.arange(n)
+        loss = np.log(sum_e[:, 0]) - s[rows, labels]
+        backprop = e / sum_e
+        backprop[rows, labels] -= 1
+        return loss.astype(dt, copy=False), backprop.astype(dt, copy=False)
+    return sparse_xent
+
+
+# ---------------------------------------------------------------------------------------
+# spatial helpers (everything below works on NHWC arrays)
+def _to_nhwc(x, fmt):
+    return x if fmt == "NHWC" else x.transpose(0, 2, 3, 1)
+
+
+def _from_nhwc(y, fmt):
+    return y if fmt == "NHWC" else y.transpose(0, 3, 1, 2)
+
+
+def _spatial_attr(ctx, name):
+    h, w, _ = spatial_axes(ctx.attrs["data_format"])
+    v = ctx.attrs[name]
+    return v[h], v[w]
+
+
+def _geometry(ctx, h, w, kh, kw, sh, sw, dh=1, dw=1):
+    """(out_h, out_w, (pad_top, pad_bottom, pad_left, pad_right))."""
+    padding = ctx.attrs["padding"]
+    try:
+        oh, pt, pb = conv_output_size(h, kh, sh, dh, padding)
+        ow, pl, pr = conv_output_size(w, kw, sw, dw, padding)
+    except _E as e:
+        raise ctx.error(_E, f"input {h}x{w}, window {kh}x{kw}: {e.message}") from None
+    return oh, ow, (pt, pb, pl, pr)
+
+
+def _pad(x, pads, fill=0):
+    pt, pb, pl, pr = pads
+    if not (pt or pb or pl or pr):
+        return x
+    n, h, w, c = x.shape
+    out = np.full((n, h + pt + pb, w + pl + pr, c), fill, x.dtype)
+    out[:, pt:pt + h, pl:pl + w, :] = x
+    return out
+
+
+def _tap(xp, i, j, oh, ow, sh, sw):
+    """The input elements under window position (i, j) for every output: [n, oh, ow, c]."""
+    hi = i + sh * (oh - 1) + 1 if oh else i  # an empty output must not slice up to -1
+    wj = j + sw * (ow - 1) + 1 if ow else j
+    return xp[:, i:hi:sh, j:wj:sw, :]
+
+
+# With few channels the strided copy below moves a handful of elements per inner loop;
+# gathering through a cached index (np.take) is then ~3x faster.
+_GATHER_MAX_CHANNELS = 4
+_GATHER_MAX_INDEX = 1 << 22
+
+
+def _window_index(hp, wp, c, kh, kw, sh, sw, dh, dw, oh, ow):
+    """Offsets into one flattened padded image [hp, wp, c] of the im2col matrix's elements:
+    [oh * ow, kh * kw * c]."""
+    pixel = (np.arange(oh)[:, None] * (sh * wp) + np.arange(ow) * sw) * c
+    tap = (np.arange(kh)[:, None] * (dh * wp) + np.arange(kw) * dw) * c
+    index = pixel.reshape(-1, 1, 1) + tap.reshape(1, -1, 1) + np.arange(c)
+    return index.reshape(oh * ow, kh * kw * c)
+
+
+def _im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache):
+    """The [n * oh * ow, kh * kw * c] matrix of input windows. ``cache`` (one per node)
+    keeps gather indices by input geometry."""
+    n, h, w, c = x.shape
+    if kh == kw == sh == sw == 1 and not any(pads):
+        return x.reshape(n * h * w, c)
+    xp = _pad(x, pads)
+    if c < _GATHER_MAX_CHANNELS and oh * ow * kh * kw * c <= _GATHER_MAX_INDEX:
+        key = (xp.shape[1], xp.shape[2], c, kh, kw)
+        index = cache.get(key)
+        if index is None:
+            if len(cache) > 8:
+                cache.clear()
+            index = cache[key] = _window_index(xp.shape[1], xp.shape[2], c, kh, kw, sh, sw, dh, dw, oh, ow)
+        flat = xp.reshape(n, xp.shape[1] * xp.shape[2] * c)
+        return np.take(flat, index, axis=1).reshape(n * oh * ow, kh * kw * c)
+    s0, s1, s2, s3 = xp.strides
+    win = as_strided(xp, (n, oh, ow, kh, kw, c), (s0, s1 * sh, s2 * sw, s1 * dh, s2 * dw, s3), writeable=False)
+    return win.reshape(n * oh * ow, kh * kw * c)
+
+
+def _conv_setup(ctx):
+    fmt = ctx.attrs["data_format"]
+    sh, sw = _spatial_attr(ctx, "strides")
+    dh, dw = _spatial_attr(ctx, "dilations")
+    return fmt, sh, sw, dh, dw
+
+
+def _check_dy(ctx, dy, expected):
+    if dy.shape != tuple(expected):
+        raise ctx.error(_E, f"out_backprop has shape {dy.shape} (NHWC) but the convolution gives {tuple(expected)}")
+
+
+def _sizes(ctx, v, what):
+    v = np.asarray(v)
+    if v.shape != (4,) or (v < 0).any():
+        raise ctx.error(_E, f"{what} must be 4 non-negative ints, got {v.tolist()}")
+    return [int(d) for d in v]
+
+
+def _conv2d(ctx):
+    fmt, sh, sw, dh, dw = _conv_setup(ctx)
+    cache = {}
+
+    def conv2d(x, f):
+        if x.ndim != 4 or f.ndim != 4:
+            raise ctx.error(_E, f"input and filter must be 4-D, got shapes {x.shape} and {f.shape}")
+        x = _to_nhwc(x, fmt)
+        n, h, w, c = x.shape
+        kh, kw, ci, co = f.shape
+        if c != ci:
+            raise ctx.error(_E, f"input depth {c} does not match the filter's in_channels {ci}")
+        oh, ow, pads = _geometry(ctx, h, w, kh, kw, sh, sw, dh, dw)
+        cols = _im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache)
+        y = np.matmul(cols, f.reshape(kh * kw * c, co))
+        return _from_nhwc(y.reshape(n, oh, ow, co), fmt)
+    return conv2d
+
+
+def _conv2d_backprop_input(ctx):
+    fmt, sh, sw, dh, dw = _conv_setup(ctx)
+    cache = {}
+
+    def backprop_input(sizes, f, dy):
+        sizes = _sizes(ctx, sizes, "input_sizes")
+        n, h, w, c = sizes if fmt == "NHWC" else (sizes[0], sizes[2], sizes[3], sizes[1])
+        kh, kw, ci, co = f.shape
+        if c != ci:
+            raise ctx.error(_E, f"input depth {c} does not match the filter's in_channels {ci}")
+        dy = _to_nhwc(dy, fmt)
+        oh, ow, (pt, pb, pl, pr) = _geometry(ctx, h, w, kh, kw, sh, sw, dh, dw)
+        _check_dy(ctx, dy, (n, oh, ow, co))
+        if sh == sw == 1 and kh * kw > 1 and co <= 2 * c:
+            # Unit strides: the input gradient is the VALID correlation of dy, padded by the
+            # dilated window size less the forward padding, with the flipped, transposed
+            # filter: one im2col of dy + matmul, no scattered adds. (With many more output
+            # than input channels, dy's im2col is the bigger copy: col2im below wins.)
+            eh, ew = (kh - 1) * dh, (kw - 1) * dw
+            flipped = np.ascontiguousarray(f[::-1, ::-1].transpose(0, 1, 3, 2)).reshape(kh * kw * co, c)
+            cols = _im2col(dy, kh, kw, 1, 1, dh, dw, h, w, (eh - pt, eh - pb, ew - pl, ew - pr), cache)
+            return _from_nhwc(np.matmul(cols, flipped).reshape(n, h, w, c), fmt)
+        dcols = np.matmul(dy.reshape(n * oh * ow, co), f.reshape(kh * kw * c, co).T).reshape(n, oh, ow, kh, kw, c)
+        if kh == kw == sh == sw == 1 and not (pt or pb or pl or pr):
+            return _from_nhwc(dcols.reshape(n, h, w, c), fmt)
+        dxp = np.zeros((n, h + pt + pb, w + pl + pr, c), dy.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                _tap(dxp, i * dh, j * dw, oh, ow, sh, sw)[...] += dcols[:, :, :, i, j, :]
+        return _from_nhwc(dxp[:, pt:pt + h, pl:pl + w, :], fmt)
+    return backprop_input
+
+
+def _conv2d_backprop_filter(ctx):
+    fmt, sh, sw, dh, dw = _conv_setup(ctx)
+    cache = {}
+
+    def backprop_filter(x, sizes, dy):
+        kh, kw, ci, co = _sizes(ctx, sizes, "filter_sizes")
+        x, dy = _to_nhwc(x, fmt), _to_nhwc(dy, fmt)
+        n, h, w, c = x.shape
+        if c != ci:
+            raise ctx.error(_E, f"input depth {c} does not match the filter's in_channels {ci}")
+        oh, ow, pads = _geometry(ctx, h, w, kh, kw, sh, sw, dh, dw)
+        _check_dy(ctx, dy, (n, oh, ow, co))
+        cols = _im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache)
+        return np.matmul(cols.T, dy.reshape(n * oh * ow, co)).reshape(kh, kw, c, co)
+    return backprop_filter
+
+
+# ---------------------------------------------------------------------------------------
+# pooling
+def _pool_setup(ctx):
+    return ctx.attrs["data_format"], _spatial_attr(ctx, "ksize"), _spatial_attr(ctx, "strides")
+
+
+def _pool_1d(x, axis, k, stride, out, combine):
+    """Combine (np.maximum or np.add) the k window positions along one spatial axis.
+    Max and sum pooling are separable: two 1-D passes cost k_h + k_w steps, not k_h * k_w."""
+    def window(i):
+        sl = [slice(None)] * 4
+        sl[axis] = slice(i, i + stride * (out - 1) + 1 if out else i, stride)
+        return x[tuple(sl)]
+
+    acc = window(0).copy()
+    for i in range(1, k):
+        combine(acc, window(i), out=acc)
+    return acc
+
+
+def _lowest(dtype):
+    return -np.inf if dtype.kind == "f" else np.iinfo(dtype).min
+
+
+def _max_pool(ctx):
+    fmt, (kh, kw), (sh, sw) = _pool_setup(ctx)
+
+    def max_pool(x):
+        if x.ndim != 4:
+            raise ctx.error(_E, f"input must be 4-D, got shape {x.shape}")
+        x = _to_nhwc(x, fmt)
+        oh, ow, pads = _geometry(ctx, x.shape[1], x.shape[2], kh, kw, sh, sw)
+        xp = _pad(x, pads, _lowest(x.dtype))
+        rows = _pool_1d(xp, 1, kh, sh, oh, np.maximum)
+        return _from_nhwc(_pool_1d(rows, 2, kw, sw, ow, np.maximum), fmt)
+    return max_pool
+
+
+def _max_pool_grad(ctx):
+    fmt, (kh, kw), (sh, sw) = _pool_setup(ctx)
+
+    def max_pool_grad(x, y, g):
+        x, y, g = _to_nhwc(x, fmt), _to_nhwc(y, fmt), _to_nhwc(g, fmt)
+        n, h, w, c = x.shape
+        oh, ow, pads = _geometry(ctx, h, w, kh, kw, sh, sw)
+        if y.shape != (n, oh, ow, c) or g.shape != y.shape:
+            raise ctx.error(_E, f"orig_output {y.shape} and grad {g.shape} must have the pooled shape "
+                                f"{(n, oh, ow, c)} (NHWC)")
+        xp = _pad(x, pads, _lowest(x.dtype))
+        dxp = np.zeros(xp.shape, g.dtype)
+        taken = np.zeros(y.shape, bool)
+        # Each output's gradient goes to the first maximum of its window, as TF's kernel does.
+        for i in range(kh):
+            for j in range(kw):
+                hit = _tap(xp, i, j, oh, ow, sh, sw) == y
+                hit &= ~taken
+                taken |= hit
+                _tap(dxp, i, j, oh, ow, sh, sw)[...] += g * hit
+        pt, _, pl, _ = pads
+        return _from_nhwc(dxp[:, pt:pt + h, pl:pl + w, :], fmt)
+    return max_pool_grad
+
+
+def _window_counts(h, w, kh, kw, sh, sw, oh, ow, pads, dtype):
+    """How many input (non-padding) elements each window covers: [1, oh, ow, 1]."""
+    pt, _, pl, _ = pads
+
+    def per_dim(size, k, s, out, before):
+        start = np.arange(out) * s - before
+        return np.minimum(start + k, size) - np.maximum(start, 0)
+
+    counts = np.outer(per_dim(h, kh, sh, oh, pt), per_dim(w, kw, sw, ow, pl))
+    return counts.astype(dtype)[None, :, :, None]
+
+
+def _avg_pool(ctx):
+    fmt, (kh, kw), (sh, sw) = _pool_setup(ctx)
+
+    def avg_pool(x):
+        if x.ndim != 4:
+            raise ctx.error(_E, f"input must be 4-D, got shape {x.shape}")
+        x = _to_nhwc(x, fmt)
+        n, h, w, c = x.shape
+        oh, ow, pads = _geometry(ctx, h, w, kh, kw, sh, sw)
+        xp = _pad(_upcast(x), pads)
+        out = _pool_1d(_pool_1d(xp, 1, kh, sh, oh, np.add), 2, kw, sw, ow, np.add)
+        out /= _window_counts(h, w, kh, kw, sh, sw, oh, ow, pads, out.dtype)
+        return _from_nhwc(out.astype(x.dtype, copy=False), fmt)
+    return avg_pool
+
+
+def _avg_pool_grad(ctx):
+    fmt, (kh, kw), (sh, sw) = _pool_setup(ctx)
+
+    def avg_pool_grad(sizes, g):
+        sizes = _sizes(ctx, sizes, "orig_input_shape")
+        n, h, w, c = sizes if fmt == "NHWC" else (sizes[0], sizes[2], sizes[3], sizes[1])
+        g = _to_nhwc(g, fmt)
+        oh, ow, pads = _geometry(ctx, h, w, kh, kw, sh, sw)
+        if g.shape != (n, oh, ow, c):
+            raise ctx.error(_E, f"grad has shape {g.shape} but pooling an input of shape {(n, h, w, c)} gives "
+                                f"{(n, oh, ow, c)} (NHWC)")
+        share = g / _window_counts(h, w, kh, kw, sh, sw, oh, ow, pads, g.dtype)
+        pt, pb, pl, pr = pads
+        dxp = np.zeros((n, h + pt + pb, w + pl + pr, c), g.dtype)
+        for i in range(kh):
+            for j in range(kw):
+                _tap(dxp, i, j, oh, ow, sh, sw)[...] += share
+        return _from_nhwc(dxp[:, pt:pt + h, pl:pl + w, :], fmt)
+    return avg_pool_grad
+
+
+# ---------------------------------------------------------------------------------------
+# bias, losses, metrics, checks
+def _bias_add(ctx):
+    nchw = ctx.attrs["data_format"] == "NCHW"
+
+    def bias_add(v, b):
+        axis = 1 if nchw else v.ndim - 1
+        if b.ndim != 1 or v.ndim < 2 or v.shape[axis] != b.shape[0]:
+            raise ctx.error(_E, f"bias of shape {b.shape} must be 1-D with one element per channel of value "
+                                f"{v.shape} (dimension {axis})")
+        return v + (b.reshape((-1,) + (1,) * (v.ndim - 2)) if nchw else b)
+    return bias_add
+
+
+def _bias_add_grad(ctx):
+    nchw = ctx.attrs["data_format"] == "NCHW"
+
+    def bias_add_grad(g):
+        if g.ndim < 2:
+            raise ctx.error(_E, f"out_backprop must have rank at least 2, got shape {g.shape}")
+        keep = 1 if nchw else g.ndim - 1
+        return np.sum(g, axis=tuple(a for a in range(g.ndim) if a != keep), dtype=g.dtype)
+    return bias_add_grad
+
+
+def _l2_loss(t):
+    flat = _upcast(t).reshape(-1)
+    return np.asarray(np.dot(flat, flat) * 0.5, dtype=t.dtype)
+
+
+def _in_top_k(ctx):
+    k = ctx.attrs["k"]
+
+    def in_top_k(predictions, targets):
+        if predictions.ndim != 2 or targets.shape != predictions.shape[:1]:
+            raise ctx.error(_E, f"predictions must be 2-D and targets 1-D with the same first dimension, got "
+                                f"{predictions.shape} and {targets.shape}")
+        n, c = predictions.shape
+        valid = (targets >= 0) & (targets < c)
+        if c == 0:
+            return np.zeros(n, bool)
+        target_pred = predictions[np.arange(n), np.where(valid, targets, 0)]
+        larger = np.count_nonzero(predictions > target_pred[:, None], axis=1)
+        return valid & np.isfinite(target_pred) & (larger < k)
+    return in_top_k
+
+
+def _check_numerics(ctx):
+    message = ctx.attrs["message"]
+
+    def check_numerics(x):
+        if np.isfinite(x).all():
+            return x
+        nan, inf = bool(np.isnan(x).any()), bool(np.isinf(x).any())
+        kind = "Inf and NaN" if nan and inf else ("NaN" if nan else "Inf")
+        raise ctx.error(_E, f"{message} : Tensor had {kind} values")
+    return check_numerics
 
 
 def register(reg):
     reg.register("Relu", CPU, _relu)
+    reg.register("Relu6", CPU, _relu6)
+    reg.register("Elu", CPU, _elu)
+    reg.register("Softplus", CPU, _softplus)
+    reg.register("ReluGrad", CPU, _relu_grad)
+    reg.register("Relu6Grad", CPU, _relu6_grad)
+    reg.register("EluGrad", CPU, _elu_grad)
+    reg.register("SoftplusGrad", CPU, _softplus_grad)
+    reg.register("Softmax", CPU, _softmax)
+    reg.register("LogSoftmax", CPU, _log_softmax)
+    reg.register("SoftmaxCrossEntropyWithLogits", CPU, factory=_xent)
+    reg.register("SparseSoftmaxCrossEntropyWithLogits", CPU, factory=_sparse_xent)
+    reg.register("Conv2D", CPU, factory=_conv2d)
+    reg.register("Conv2DBackpropInput", CPU, factory=_conv2d_backprop_input)
+    reg.register("Conv2DBackpropFilter", CPU, factory=_conv2d_backprop_filter)
+    reg.register("MaxPool", CPU, factory=_max_pool)
+    reg.register("MaxPoolGrad", CPU, factory=_max_pool_grad)
+    reg.register("AvgPool", CPU, factory=_avg_pool)
+    reg.register("AvgPoolGrad", CPU, factory=_avg_pool_grad)
+    reg.register("BiasAdd", CPU, factory=_bias_add)
+    reg.register("BiasAddGrad", CPU, factory=_bias_add_grad)
+    reg.register("L2Loss", CPU, _l2_loss)
+    reg.register("InTopK", CPU, factory=_in_top_k)
+    reg.register("CheckNumerics", CPU, factory=_check_numerics)
