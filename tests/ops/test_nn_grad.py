@@ -212,3 +212,9 @@ def test_dropout_gradient_is_the_kept_mask_scaled():
     with tw.Session() as s:
         yv, gv = s.run([y, g])  # one step: one mask for both
     np.testing.assert_array_equal(gv, np.where(yv != 0, 4.0, 0.0))
+
+
+def test_moments_gradients():
+    x = rng(15).normal(size=(3, 4))
+    check_gradients(lambda t: list(tw.nn.moments(t, [0])), [x])
+    check_gradients(lambda t: list(tw.nn.moments(t, [0, 1], keep_dims=True)), [x])

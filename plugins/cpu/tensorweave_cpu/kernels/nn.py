@@ -193,7 +193,7 @@ def _im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache):
         return x.reshape(n * h * w, c)
     xp = _pad(x, pads)
     if c < _GATHER_MAX_CHANNELS and oh * ow * kh * kw * c <= _GATHER_MAX_INDEX:
-        key = (xp.shape[1], xp.shape[2], c, kh, kw)
+        key = (xp.shape[1], xp.shape[2], c, kh, kw, oh, ow)
         index = cache.get(key)
         if index is None:
             if len(cache) > 8:
