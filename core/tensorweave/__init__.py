@@ -38,6 +38,7 @@ from tensorweave.ops.control_ops import group, no_op
 from tensorweave.ops.gradients import NotDifferentiable, RegisterGradient, gradients, no_gradient
 from tensorweave.ops.control_ops import tuple_ as tuple
 from tensorweave.ops.math_ops import *  # noqa: F401,F403
+from tensorweave.ops.nn_ops import *  # noqa: F401,F403
 from tensorweave.ops.random_ops import *  # noqa: F401,F403
 from tensorweave.ops.state_ops import assign, assign_add, assign_sub, is_variable_initialized
 from tensorweave.ops.variables import (

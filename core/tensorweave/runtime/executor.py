@@ -35,12 +35,16 @@ from tensorweave.runtime.kernel_registry import KernelContext, call_kernel_facto
 # Step kinds. The first three are inlined in the sequential loop.
 K_BINARY, K_UNARY, K_NULLARY, K_GENERIC, K_FREE = 2, 1, 0, 3, 4
 
-# Outputs whose static size is at most this many bytes are neither tracked by the allocator
-# nor dropped early: accounting them would cost more than they weigh.
-SMALL_BYTES = 4096
+# Outputs smaller than this are neither tracked by the allocator nor dropped early: the
+# CPU allocator's accounting (a weak reference per array, about 1 us) would cost more than
+# computing them. Decided at plan time from static shapes, else per output at run time.
+SMALL_BYTES = 64 * 1024
 
-# A node is "expensive" (worth a thread-pool hop) above this estimated flop count.
-EXPENSIVE_FLOPS = 2e5
+# A node is "expensive" (worth a thread-pool hop) above this estimated flop count: about
+# 5 ms of BLAS work. A hop through the pool and back costs tens of microseconds, so smaller
+# nodes run faster inline (measured: a 64x128 MLP step was 4.6x slower when its 1-MFLOP
+# matmuls went to the pool).
+EXPENSIVE_FLOPS = 5e7
 
 
 def flat_input_is_ref(op) -> list[bool]:
@@ -85,7 +89,11 @@ def _estimate_flops(op) -> float:
     shapes = [t.shape for t in op.inputs]
     if op.type in ("MatMul", "BatchMatMul", "Conv2D", "MatrixInverse", "MatrixDeterminant"):
         if all(s.is_fully_defined() for s in shapes) and op.outputs and op.outputs[0].shape.is_fully_defined():
-            k = shapes[0].as_list()[-1] if shapes[0].ndims else 1
+            if op.type == "Conv2D":  # each output element: kh * kw * in_channels multiply-adds
+                f = shapes[1].as_list()
+                k = f[0] * f[1] * f[2]
+            else:
+                k = shapes[0].as_list()[-1] if shapes[0].ndims else 1
             return 2.0 * op.outputs[0].shape.num_elements() * k
         return float("inf")
     n = 0
@@ -178,7 +186,7 @@ class CompiledPartition:
                 if op.op_def.stateful:
                     kernel_cache[key] = n.fn
             sizes = [_static_nbytes(t) for t in op.outputs]
-            n.track = any(s is None or s > SMALL_BYTES for s in sizes)
+            n.track = any(s is None or s >= SMALL_BYTES for s in sizes)
             n.expensive = _estimate_flops(op) > EXPENSIVE_FLOPS
             n_out = len(op.outputs)
             # A list output of length one (Split with num_split=1): the kernel may return a
@@ -306,7 +314,7 @@ class CompiledPartition:
             if n.unwrap and isinstance(res, tuple | list):
                 res = res[0]
             vals[outs[0]] = res
-            if n.track:
+            if n.track and getattr(res, "nbytes", 0) >= SMALL_BYTES:
                 self.allocator.track(res)
         elif outs:
             if res is None or len(res) != len(outs):
@@ -315,7 +323,7 @@ class CompiledPartition:
                     f"expected {len(outs)}")
             for s, v in zip(outs, res):
                 vals[s] = v
-                if n.track:
+                if n.track and getattr(v, "nbytes", 0) >= SMALL_BYTES:
                     self.allocator.track(v)
 
     # ------------------------------------------------------------------------------------
