@@ -89,5 +89,5 @@ class DefaultPlacer:
 
     name = "default"
 
-    def place(self, nodes, devices, kernels, config=None) -> dict:
+    def place(self, nodes, devices, kernels, config=None, cost_model=None) -> dict:
         return place(nodes, devices, kernels, config)

@@ -66,6 +66,9 @@ class Device:
     """One device of a process. Subclasses set ``device_type`` and implement the copies."""
 
     device_type = "?"
+    # True when this device's tensors are plain host ndarrays (the CPU): feeds, fetches and
+    # host-memory inputs then need no conversion.
+    host_tensors = False
 
     def __init__(self, name: str, allocator: Allocator, description: str = "", memory_limit: int | None = None):
         self.name = name

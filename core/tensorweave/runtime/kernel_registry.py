@@ -15,6 +15,10 @@ Calling conventions of the returned compute function:
 - ``takes_context=True``: ``compute(step, *inputs)`` where ``step`` is the StepContext;
 - ``is_async=True``: ``compute(step, done, *inputs)``; call ``done(outputs)`` or
   ``done(None, error)`` exactly once, from any thread.
+
+``host_memory=("shape",)`` names inputs the kernel wants as host ndarrays even on an
+accelerator (TensorFlow's HostMemory): shapes, axes, sizes. The executor hands them over
+as host values (constants directly; computed values through ``device.to_host``).
 """
 
 from __future__ import annotations
@@ -38,6 +42,18 @@ class KernelDef:
     priority: int = 0
     source: str = "<unknown>"
     override: bool = False             # registered to replace another plugin's kernel
+    host_memory: tuple = ()            # input arg names the kernel wants as host ndarrays
+
+    def host_inputs(self, op) -> list[bool]:
+        """For each flat input of ``op``, whether this kernel takes it in host memory."""
+        if not self.host_memory:
+            return [False] * len(op.inputs)
+        out = []
+        for arg in op.op_def.inputs:
+            n = (op._attrs[arg.number_attr] if arg.number_attr
+                 else len(op._attrs[arg.type_list_attr]) if arg.type_list_attr else 1)
+            out.extend([arg.name in self.host_memory] * n)
+        return out
 
     def matches(self, attrs: dict) -> bool:
         for name, allowed in self.constraints:
@@ -129,7 +145,8 @@ class KernelRegistry:
 
     def register(self, op: str, device_type: str, fn: Callable | None = None, *, factory: Callable | None = None,
                  constraints: dict | None = None, is_async: bool = False, takes_context: bool = False,
-                 cost: Callable | None = None, priority: int = 0, override: bool = False) -> KernelDef:
+                 cost: Callable | None = None, priority: int = 0, override: bool = False,
+                 host_memory: tuple | list = ()) -> KernelDef:
         if (fn is None) == (factory is None):
             raise errors.InvalidArgumentError(
                 f"kernel {op}/{device_type} from {self.source}: pass exactly one of fn= or factory=")
@@ -137,7 +154,7 @@ class KernelRegistry:
             def factory(ctx, _fn=fn):
                 return _fn
         kd = KernelDef(op, device_type.upper(), factory, _normalise_constraints(constraints), is_async,
-                       takes_context, cost, priority, self.source, override)
+                       takes_context, cost, priority, self.source, override, tuple(host_memory))
         key = (op, kd.device_type)
         existing = self._by_key.setdefault(key, [])
         for i, other in enumerate(existing):

@@ -52,6 +52,7 @@ class CPUAllocator(Allocator):
 
 class CPUDevice(Device):
     device_type = "CPU"
+    host_tensors = True
 
     def to_device(self, array):
         return np.asarray(array)
