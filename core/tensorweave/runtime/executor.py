@@ -30,7 +30,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from tensorweave.framework import errors
-from tensorweave.runtime.kernel_registry import KernelContext, call_kernel_factory
+from tensorweave.runtime.kernel_registry import KernelContext, KernelDef, call_kernel_factory
 
 # Step kinds. The first three are inlined in the sequential loop.
 K_BINARY, K_UNARY, K_NULLARY, K_GENERIC, K_FREE = 2, 1, 0, 3, 4
@@ -75,7 +75,7 @@ class StepContext:
 
 
 class _Node:
-    __slots__ = ("op", "fn", "kd", "ins", "outs", "kind", "reads", "consumers", "pending",
+    __slots__ = ("op", "fn", "kd", "ins", "outs", "kind", "pre", "consumers", "pending",
                  "expensive", "track", "unwrap")
 
 
@@ -103,14 +103,62 @@ def _estimate_flops(op) -> float:
     return float(n)
 
 
+class _SyntheticOp:
+    """Stands in for an Operation for the Send/Recv steps the partitioner adds."""
+
+    __slots__ = ("name", "type", "_id", "inputs", "outputs")
+
+    def __init__(self, name, type_, id_):
+        self.name, self.type, self._id = name, type_, id_
+        self.inputs, self.outputs = (), ()
+
+
+_SEND_KD = KernelDef("_Send", "*", None, takes_context=True, source="tensorweave")
+_RECV_KD = KernelDef("_Recv", "*", None, is_async=True, source="tensorweave")
+
+
+def _make_send(key):
+    def send(step, value=None):
+        step.rendezvous.send(key, value)
+    return send
+
+
+def _make_recv(key, src, dst):
+    # The receiving side moves the value onto its device (whitepaper: Recv does the copy).
+    same_memory = src.host_tensors and dst.host_tensors
+
+    def recv(step, done):
+        def arrived(value, error):
+            if error is not None:
+                done(None, error)
+                return
+            try:
+                out = value if same_memory or value is None else dst.copy_from(value, src)
+            except Exception as e:  # noqa: BLE001 - reported as this node's failure
+                done(None, e)
+                return
+            done(out)
+        step.rendezvous.recv_async(key, arrived)
+    return recv
+
+
 class CompiledPartition:
-    """One device's share of an execution plan, compiled for repeated execution."""
+    """One device's share of an execution plan, compiled for repeated execution.
+
+    ``recvs``/``sends`` are the partition's Transfers (see passes/partition.py): each recv
+    becomes an async step that waits in the step's rendezvous; each send a step right after
+    its producer. ``feeds`` are the fed tensors this partition consumes (fed as host values,
+    moved to the device here) and ``fetches`` the tensors it returns (brought to the host).
+    """
 
     def __init__(self, nodes, feeds, fetches, device, kernels, resources, kernel_cache,
-                 session=None, stateful_cache=None):
+                 session=None, recvs=(), sends=()):
+        from tensorweave.runtime.rendezvous import make_key
+
         self.device = device
         self.allocator = device.allocator
         self._session = session
+        on_host = device.host_tensors
         slot_of: dict = {}
         template: list = []
 
@@ -122,19 +170,23 @@ class CompiledPartition:
         for t in feeds:
             fed[t] = slot_of[t] = new_slot()
         self.feed_slots = [fed[t] for t in feeds]
+        host_feed: dict = {}  # fed tensors a kernel wants in host memory on a device
 
         executed: list[_Node] = []
         virtual_ref_ops = set()
         node_of_op = {}
+        const_ops = {}
         for op in nodes:
             if op.op_def.outputs_ref:
                 virtual_ref_ops.add(op)
                 continue
             if op.type == "Const":
-                # Constants are immutable: their value sits in the slot template.
+                # Constants are immutable: their value sits in the slot template, on the device.
+                const_ops[op] = op.get_attr("value")
                 for t in op.outputs:
                     if t not in fed:
-                        slot_of[t] = new_slot(op.get_attr("value"))
+                        v = const_ops[op]
+                        slot_of[t] = new_slot(v if on_host else device.to_device(v))
                 continue
             n = _Node()
             n.op = op
@@ -148,36 +200,97 @@ class CompiledPartition:
             node_of_op[op] = n
             executed.append(n)
 
-        # Inputs, variable reads and dependency edges.
+        # Recv steps: ready at the start, they complete when the value arrives.
+        next_id = -len(recvs) - 1
+        recv_of: dict = {}
+        for r in recvs:
+            n = _Node()
+            what = r.tensor.name if r.tensor is not None else "^" + r.control_op.name
+            n.op = _SyntheticOp(f"_recv[{what} from {r.src.name}]", "_Recv", next_id)
+            next_id += 1
+            n.kd, n.fn = _RECV_KD, _make_recv(make_key(r.src.name, r.dst.name, what), r.src, r.dst)
+            n.ins, n.pre, n.outs = [], [], [new_slot()]
+            n.track = n.expensive = n.unwrap = False
+            n.kind = K_GENERIC
+            recv_of[r.tensor if r.tensor is not None else r.control_op] = n
+            executed.append(n)
+
+        # Inputs, variable reads, host-memory conversions and dependency edges.
         preds: dict[_Node, set] = {n: set() for n in executed}
         for n in executed:
             op = n.op
-            n.ins, n.reads = [], []
-            is_ref = flat_input_is_ref(op)
-            for t, ref in zip(op.inputs, is_ref):
+            if isinstance(op, _SyntheticOp):
+                continue
+            n.kd = kernels.find(op, device.device_type)
+            n.ins, n.pre = [], []
+            host_in = n.kd.host_inputs(op) if not on_host else None
+            for i, (t, ref) in enumerate(zip(op.inputs, flat_input_is_ref(op))):
                 if ref:
                     continue
+                wants_host = host_in is not None and host_in[i]
                 if t in fed:
-                    n.ins.append(fed[t])
+                    if wants_host:
+                        if t not in host_feed:
+                            host_feed[t] = new_slot()
+                        n.ins.append(host_feed[t])
+                    else:
+                        n.ins.append(fed[t])
+                    continue
+                if wants_host and t.op in const_ops:
+                    n.ins.append(new_slot(const_ops[t.op]))
+                    continue
+                if t in recv_of:
+                    src_slot = recv_of[t].outs[0]
+                    preds[n].add(recv_of[t])
                 elif t.op in virtual_ref_ops:
-                    store = resources.state_for_op(t.op)
-                    slot = new_slot()
-                    n.reads.append((store.read, slot))
-                    n.ins.append(slot)
+                    src_slot = new_slot()
+                    n.pre.append((resources.state_for_op(t.op).read, -1, src_slot))
                 else:
-                    n.ins.append(slot_of[t])
+                    src_slot = slot_of[t]
                     if t.op in node_of_op:
                         preds[n].add(node_of_op[t.op])
+                if wants_host:
+                    host_slot = new_slot()
+                    n.pre.append((device.to_host, src_slot, host_slot))
+                    src_slot = host_slot
+                n.ins.append(src_slot)
             for c in op.control_inputs:
                 if c in node_of_op:
                     preds[n].add(node_of_op[c])
+                elif c in recv_of:
+                    preds[n].add(recv_of[c])
+
+        # Send steps: right after the producer (or the control op) they carry.
+        for tr in sends:
+            n = _Node()
+            what = tr.tensor.name if tr.tensor is not None else "^" + tr.control_op.name
+            src_op = tr.tensor.op if tr.tensor is not None else tr.control_op
+            n.op = _SyntheticOp(f"_send[{what} to {tr.dst.name}]", "_Send",
+                                getattr(src_op, "_id", 0) + 0.5)
+            n.kd, n.fn = _SEND_KD, _make_send(make_key(tr.src.name, tr.dst.name, what))
+            n.ins, n.pre, n.outs = [], [], []
+            n.track = n.expensive = n.unwrap = False
+            n.kind = K_GENERIC
+            preds[n] = set()
+            if tr.tensor is not None:
+                t = tr.tensor
+                if t.op in virtual_ref_ops:
+                    slot = new_slot()
+                    n.pre.append((resources.state_for_op(t.op).read, -1, slot))
+                    n.ins.append(slot)
+                else:
+                    n.ins.append(slot_of[t])
+            if src_op in node_of_op:
+                preds[n].add(node_of_op[src_op])
+            executed.append(n)
 
         # Kernels: looked up and constructed once per plan; stateful kernels once per
         # session, so e.g. a random op's generator state survives plan rebuilds.
         for n in executed:
             op = n.op
-            kd = kernels.find(op, device.device_type)
-            n.kd = kd
+            if isinstance(op, _SyntheticOp):
+                continue
+            kd = n.kd
             key = (op.name, id(op), device.name)
             if op.op_def.stateful and key in kernel_cache:
                 n.fn = kernel_cache[key]
@@ -249,8 +362,8 @@ class CompiledPartition:
         steps = []
         self._slot_node = {}
         for i, n in enumerate(order):
-            for fn, slot in n.reads:
-                steps.append((fn, 0, 0, K_NULLARY, slot, None))
+            for fn, src, slot in n.pre:
+                steps.append((fn, src, 0, K_NULLARY if src < 0 else K_UNARY, slot, None))
                 self._slot_node[slot] = n
             a = n.ins[0] if n.ins else 0
             b = n.ins[1] if len(n.ins) > 1 else 0
@@ -266,18 +379,49 @@ class CompiledPartition:
         self.has_async = any(n.kd.is_async for n in order)
         self.end_reads = end_reads
         self.n_slots = len(template)
+        self.host_feed_slots = [(self.feed_slots[feeds.index(t)], s) for t, s in host_feed.items()]
+        self._to_device = None if on_host else device.to_device
+        self._to_host = None if on_host else device.to_host
         exp = [n for n in order if n.expensive]
         self.parallelizable = len(exp) >= 2 and _has_independent(exp, preds)
+
+    def _initial_values(self, feed_values) -> list:
+        vals = self.template.copy()
+        conv = self._to_device
+        if conv is None:
+            for s, v in zip(self.feed_slots, feed_values):
+                vals[s] = v
+        else:
+            for s, v in zip(self.feed_slots, feed_values):
+                vals[s] = v
+            for dev_slot, host_slot in self.host_feed_slots:
+                vals[host_slot] = vals[dev_slot]
+            for s in self.feed_slots:
+                vals[s] = conv(vals[s])
+        return vals
+
+    def _results(self, vals) -> list:
+        out = [vals[s] for s in self.fetch_slots]
+        if self._to_host is not None:
+            out = [self._to_host(v) for v in out]
+        return out
 
     # ------------------------------------------------------------------------------------
     def describe_failure(self, exc: BaseException, out_slot) -> errors.OpError:
         n = self._slot_node.get(out_slot)
         return wrap_kernel_error(exc, n.op if n else None, self.device)
 
+    def _abort_step(self, step, error):
+        if step.rendezvous is not None:
+            step.rendezvous.abort(error)
+
     def run_sequential(self, feed_values, step: StepContext):
-        vals = self.template.copy()
-        for s, v in zip(self.feed_slots, feed_values):
-            vals[s] = v
+        if self._to_device is None:
+            vals = self.template.copy()
+            for s, v in zip(self.feed_slots, feed_values):
+                vals[s] = v
+        else:
+            vals = self._initial_values(feed_values)
         out = -1
         try:
             with np.errstate(all="ignore"):
@@ -294,8 +438,12 @@ class CompiledPartition:
                     else:
                         self._run_generic(x, vals, step)
         except Exception as e:  # noqa: BLE001 - every failure becomes a tw error naming the node
-            raise self.describe_failure(e, out) from (None if isinstance(e, errors.OpError) else e)
-        return [vals[s] for s in self.fetch_slots]
+            err = self.describe_failure(e, out)
+            self._abort_step(step, err)
+            raise err from (None if isinstance(e, errors.OpError) else e)
+        if self._to_host is None:
+            return [vals[s] for s in self.fetch_slots]
+        return self._results(vals)
 
     def _run_generic(self, n: _Node, vals, step):
         args = [vals[i] for i in n.ins]
@@ -329,9 +477,7 @@ class CompiledPartition:
     # ------------------------------------------------------------------------------------
     def run_traced(self, feed_values, step: StepContext, stats: list):
         """Like run_sequential, recording per-node start/end times and output sizes."""
-        vals = self.template.copy()
-        for s, v in zip(self.feed_slots, feed_values):
-            vals[s] = v
+        vals = self._initial_values(feed_values)
         out = -1
         clock = time.perf_counter
         try:
@@ -357,28 +503,44 @@ class CompiledPartition:
                         stats.append({"node": n.op.name, "op": n.op.type, "device": self.device.name,
                                       "start": t0, "end": t1, "output_bytes": int(nbytes)})
         except Exception as e:  # noqa: BLE001
-            raise self.describe_failure(e, out) from (None if isinstance(e, errors.OpError) else e)
-        return [vals[s] for s in self.fetch_slots]
+            err = self.describe_failure(e, out)
+            self._abort_step(step, err)
+            raise err from (None if isinstance(e, errors.OpError) else e)
+        return self._results(vals)
 
     # ------------------------------------------------------------------------------------
     def run_dynamic(self, feed_values, step: StepContext, pool: ThreadPoolExecutor, timeout: float | None):
         """Pending counts and a ready queue at run time; expensive nodes on the pool."""
-        vals = self.template.copy()
-        for s, v in zip(self.feed_slots, feed_values):
-            vals[s] = v
-        state = _DynamicState(self, vals, step, pool)
+        return self.finish(self.start(feed_values, step, pool), timeout)
+
+    def start(self, feed_values, step: StepContext, pool: ThreadPoolExecutor) -> _DynamicState:
+        """Begin a dynamic execution: runs what is ready inline, returns without waiting."""
+        state = _DynamicState(self, self._initial_values(feed_values), step, pool)
         state.start()
+        return state
+
+    def finish(self, state: _DynamicState, timeout: float | None):
+        """Wait for a started execution; its fetched values, or the error that ended it."""
         if not state.done.wait(timeout):
-            step.cancelled = True
-            raise errors.DeadlineExceededError(
+            err = errors.DeadlineExceededError(
                 f"step timed out after {timeout:.3f}s on {self.device.name}; still pending: "
                 f"{state.pending_names()}")
+            state.step.cancelled = True
+            self._abort_step(state.step, err)
+            raise err
         if state.error is not None:
             e, op = state.error
             raise wrap_kernel_error(e, op, self.device) from (None if isinstance(e, errors.OpError) else e)
-        for fn, slot in self.end_reads:
-            vals[slot] = fn()
-        return [vals[s] for s in self.fetch_slots]
+        vals = state.vals
+        try:
+            for fn, slot in self.end_reads:
+                vals[slot] = fn()
+        except Exception as e:  # noqa: BLE001
+            raise wrap_kernel_error(e, None, self.device) from e
+        return self._results(vals)
+
+
+_in_loop = threading.local()  # set while this thread runs an executor loop
 
 
 class _DynamicState:
@@ -415,18 +577,12 @@ class _DynamicState:
                 self.pool.submit(self._run_loop, [n])
             else:
                 queue.append(n)
-        if queue is not None and queue and not getattr(self._local(), "running", False):
+        if queue and not getattr(_in_loop, "active", False):
             self._run_loop(queue)
 
-    def _local(self):
-        loc = getattr(self, "_tls", None)
-        if loc is None:
-            loc = self._tls = threading.local()
-        return loc
-
     def _run_loop(self, queue):
-        loc = self._local()
-        loc.running = True
+        outer = getattr(_in_loop, "active", False)
+        _in_loop.active = True
         try:
             while queue:
                 n = queue.pop(0)
@@ -434,9 +590,10 @@ class _DynamicState:
                     self._dispatch(self._finish(n), queue)
                     continue
                 try:
-                    for fn, slot in n.reads:
-                        self.vals[slot] = fn()
-                    args = [self.vals[i] for i in n.ins]
+                    vals = self.vals
+                    for fn, src, slot in n.pre:
+                        vals[slot] = fn() if src < 0 else fn(vals[src])
+                    args = [vals[i] for i in n.ins]
                     if n.kd.is_async:
                         n.fn(self.step, self._make_done(n), *args)
                         continue
@@ -447,7 +604,7 @@ class _DynamicState:
                     self._fail(e, n)
                 self._dispatch(self._finish(n), queue)
         finally:
-            loc.running = False
+            _in_loop.active = outer
 
     def _make_done(self, n):
         called = threading.Lock()
@@ -464,9 +621,9 @@ class _DynamicState:
                     self._fail(e, n)
             ready = self._finish(n)
             if ready:
-                if getattr(self._local(), "running", False):
-                    # Called synchronously from inside our own loop: hand work to the pool
-                    # rather than recursing.
+                if getattr(_in_loop, "active", False):
+                    # Called from inside an executor loop (ours, or a sender's in another
+                    # partition): hand the work to the pool rather than recursing.
                     self.pool.submit(self._run_loop, ready)
                 else:
                     self._run_loop(ready)
@@ -474,9 +631,12 @@ class _DynamicState:
 
     def _fail(self, e, n):
         with self.lock:
-            if self.error is None:
+            first = self.error is None
+            if first:
                 self.error = (e, n.op)
         self.step.cancelled = True
+        if first and self.step.rendezvous is not None and not isinstance(e, errors.AbortedError):
+            self.step.rendezvous.abort(wrap_kernel_error(e, n.op, self.part.device))
 
     def _finish(self, n):
         ready = []

@@ -19,10 +19,13 @@ import numpy as np
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework import graph as graph_mod
 from tensorweave.framework.graph import Operation, Tensor
+from tensorweave.passes.cost_model import CostModel
+from tensorweave.passes.partition import partition
 from tensorweave.runtime.config import ConfigProto, RunOptions
 from tensorweave.runtime.containers import SessionResources, process_resources
 from tensorweave.runtime.device import create_local_devices
 from tensorweave.runtime.executor import CompiledPartition, StepContext
+from tensorweave.runtime.rendezvous import LocalRendezvous
 
 _session_ids = itertools.count(1)
 
@@ -161,24 +164,43 @@ class _Plan:
         for _name, fn in reg.passes.ordered():
             fn(self)
         placer = reg.placers.get(session._config.placer)
-        placement = placer.place(self.nodes, session._devices, reg.kernels, session._config)
-        used = {d.name: d for d in placement.values()}
-        if len(used) > 1:
-            raise errors.UnimplementedError(
-                f"this plan spans devices {sorted(used)}; executing across devices needs the "
-                "Send/Recv partitioner, which is not implemented yet")
-        device = next(iter(used.values()), session._devices[0])
+        placement = placer.place(self.nodes, session._devices, reg.kernels, session._config,
+                                 cost_model=session._cost_model)
         self.placement = {op.name: d.name for op, d in placement.items()}
         if session._config.log_device_placement:
             for op, d in placement.items():
                 print(f"{op.name}: ({op.type}): {d.name}", file=sys.stderr)
-        self.partition = CompiledPartition(
-            self.nodes, self.feeds, self.fetches, device, reg.kernels, session._resources,
-            session._kernel_cache, session)
         threads = session._config.inter_op_parallelism_threads
-        self.dynamic = self.partition.has_async or (
-            threads != 1 and self.partition.parallelizable)
-        self.device = device
+        parts = partition(self.nodes, placement, self.feeds)
+        if len(parts) <= 1:
+            # One device: the whole plan is one partition (the fast, common case).
+            device = next(iter(parts), session._devices[0])
+            self.partition = CompiledPartition(
+                self.nodes, self.feeds, self.fetches, device, reg.kernels, session._resources,
+                session._kernel_cache, session)
+            self.dynamic = self.partition.has_async or (threads != 1 and self.partition.parallelizable)
+            self.partitions = None
+            return
+        # Several devices: one compiled partition each, joined by Send/Recv transfers.
+        self.partition = None
+        self.partitions = []
+        fed = set(self.feeds)
+        producer_part = {}
+        for dev, p in parts.items():
+            consumed = {t for op in p.nodes for t in op.inputs if t in fed}
+            feeds = [t for t in self.feeds if t in consumed]
+            fetches = [t for t in self.fetches if t not in fed and placement[t.op] is dev]
+            cp = CompiledPartition(p.nodes, feeds, fetches, dev, reg.kernels, session._resources,
+                                   session._kernel_cache, session, recvs=p.recvs, sends=p.sends)
+            cp.feed_index = [self.feeds.index(t) for t in feeds]
+            self.partitions.append(cp)
+            for t in fetches:
+                producer_part[t] = (cp, fetches.index(t))
+        # Where each fetch comes from: (partition, index in its results) or ("feed", i).
+        self.fetch_sources = [("feed", self.feeds.index(t)) if t in fed else producer_part[t]
+                              for t in self.fetches]
+        self.graph_parts = parts
+        self.dynamic = True
 
 
 class Session:
@@ -210,6 +232,7 @@ class Session:
         self._plans: dict = {}
         self._plan_version = -1
         self._kernel_cache: dict = {}
+        self._cost_model = CostModel()
         self._closed = False
         self._step_ids = itertools.count(1)
         self._pool: ThreadPoolExecutor | None = None
@@ -251,24 +274,57 @@ class Session:
         return plan.mapper.build(self._execute(plan, feed_vals, options, run_metadata))
 
     def _execute(self, plan: _Plan, feed_vals, options, run_metadata):
-        part = plan.partition
-        step = StepContext(next(self._step_ids), None, options, self)
         timeout = None
         if options is not None and options.timeout_in_ms:
             timeout = options.timeout_in_ms / 1000.0
         elif self._config.operation_timeout_in_ms:
             timeout = self._config.operation_timeout_in_ms / 1000.0
         tracing = options is not None and options.trace_level and run_metadata is not None
-        if plan.dynamic:
-            out = part.run_dynamic(feed_vals, step, self._thread_pool(), timeout)
-        elif tracing:
-            out = part.run_traced(feed_vals, step, run_metadata.step_stats)
+        if plan.partitions is not None:
+            out = self._execute_partitions(plan, feed_vals, options, timeout)
         else:
-            out = part.run_sequential(feed_vals, step)
+            part = plan.partition
+            step = StepContext(next(self._step_ids), None, options, self)
+            if plan.dynamic:
+                out = part.run_dynamic(feed_vals, step, self._thread_pool(), timeout)
+            elif tracing:
+                out = part.run_traced(feed_vals, step, run_metadata.step_stats)
+            else:
+                out = part.run_sequential(feed_vals, step)
         if run_metadata is not None:
+            if tracing:
+                self._cost_model.record(run_metadata.step_stats)
             run_metadata.placement = dict(plan.placement)
             run_metadata.allocator_stats = {d.name: d.allocator.stats() for d in self._devices}
         return out
+
+    def _execute_partitions(self, plan: _Plan, feed_vals, options, timeout):
+        """Run every partition of a multi-device plan at once; they meet in one rendezvous.
+
+        A failure anywhere aborts the rendezvous, which fails every pending Recv, so all
+        partitions finish and the step raises the error that started it (never hangs).
+        """
+        rendezvous = LocalRendezvous()
+        step = StepContext(next(self._step_ids), rendezvous, options, self)
+        pool = self._thread_pool()
+        states, errs = [], []
+        for cp in plan.partitions:
+            try:
+                states.append((cp, cp.start([feed_vals[i] for i in cp.feed_index], step, pool)))
+            except Exception as e:  # noqa: BLE001 - e.g. a feed the device refuses
+                rendezvous.abort(e)
+                errs.append(e)
+        results = {}
+        for cp, state in states:
+            try:
+                results[cp] = cp.finish(state, timeout)
+            except Exception as e:  # noqa: BLE001 - collected; the root cause is raised below
+                rendezvous.abort(e)
+                errs.append(e)
+        if errs:
+            root = rendezvous.error
+            raise root if root is not None else errs[0]
+        return [feed_vals[i] if cp == "feed" else results[cp][i] for cp, i in plan.fetch_sources]
 
     def _thread_pool(self) -> ThreadPoolExecutor:
         if self._pool is None:
