@@ -107,3 +107,8 @@ def list_devices(config=None):
     from tensorweave.runtime.device import create_local_devices
 
     return create_local_devices(config)
+
+
+def colocate_with(op, ignore_existing=False):
+    """Place ops created inside on the same device as ``op`` (a variable, op or tensor)."""
+    return get_default_graph().colocate_with(op, ignore_existing)

@@ -319,6 +319,41 @@ class Graph:
     def _current_container(self) -> str:
         return self._scopes().container
 
+    # -- colocation scope (tw.colocate_with) ---------------------------------------------
+    @contextlib.contextmanager
+    def colocate_with(self, op, ignore_existing=False):
+        """Ops created inside must be placed on the same device as ``op`` (recorded on each
+        as the attr ``_class: ["loc:@<op name>"]``, as in TensorFlow). Enclosing device
+        scopes do not apply inside: new ops start from ``op``'s device constraint (a
+        ``tw.device`` opened inside still narrows it). ``ignore_existing=True`` drops outer
+        colocation scopes; ``colocate_with(None, ignore_existing=True)`` clears them."""
+        if op is None and not ignore_existing:
+            raise errors.InvalidArgumentError("colocate_with(None) needs ignore_existing=True")
+        target = None
+        if op is not None:
+            el = op
+            if hasattr(el, "_as_graph_element") and not isinstance(el, Tensor | Operation):
+                el = el._as_graph_element()
+            if isinstance(el, Tensor):
+                el = el.op
+            if not isinstance(el, Operation):
+                raise errors.InvalidArgumentError(
+                    f"colocate_with expects an Operation, Tensor or Variable, got {op!r}")
+            if el.graph is not self:
+                raise errors.InvalidArgumentError(f"colocate_with: '{el.name}' is from another graph")
+            target = el
+        s = self._scopes()
+        old_stack = getattr(s, "colocation_stack", [])
+        old_devices = s.device_stack
+        s.colocation_stack = ([] if ignore_existing else old_stack) + ([target] if target is not None else [])
+        if target is not None:
+            s.device_stack = [DeviceSpec.from_string(target.device)]
+        try:
+            yield
+        finally:
+            s.colocation_stack = old_stack
+            s.device_stack = old_devices
+
     # -- lookup --------------------------------------------------------------------------
     def get_operations(self) -> list[Operation]:
         return list(self._nodes)
@@ -399,6 +434,8 @@ class Graph:
                 if c not in control and c not in input_ops:
                     control.append(c)
         device = s.device_stack[-1].to_string()
+        if getattr(s, "colocation_stack", None):
+            attrs = dict(attrs, _class=_colocation_classes(s.colocation_stack, attrs.get("_class")))
         with self._lock:
             op = Operation(self, name, op_def, inputs, control, attrs, output_dtypes, device)
             self._nodes.append(op)
@@ -427,6 +464,17 @@ class Graph:
 
     def __repr__(self):
         return f"<tw.Graph with {len(self._nodes)} ops>"
+
+
+def _colocation_classes(targets, existing=None) -> list[str]:
+    """The ``_class`` attr of an op created under colocation scopes for ``targets``: each
+    target's own groups (it may itself be colocated with something), else ``loc:@name``."""
+    out = list(existing or ())
+    for t in targets:
+        for c in t._attrs.get("_class") or [f"loc:@{t.name}"]:
+            if c not in out:
+                out.append(c)
+    return out
 
 
 # ----------------------------------------------------------------------------------------

@@ -1,15 +1,35 @@
-"""Device placement: choose a device for every node of a plan (whitepaper 3.2.1).
+"""Device placement: choose a device for every node of a plan (whitepaper 3.2.1, 4.3).
 
-This placer handles feasibility: a node may go only to devices that match its ``tw.device``
-constraint and have a kernel for it; nodes that reference a variable (Assign, ...) go where
-the variable is. Among feasible devices it prefers the order the devices were created in
-(CPU first). Cost-based greedy placement across many devices builds on this.
+1. **Feasible devices** per node: devices that match its ``tw.device`` constraint (partial
+   specs such as ``/device:OPENCL:*`` or ``/job:worker/task:17``) and have a kernel for it;
+   with ``allow_soft_placement`` a constraint nothing satisfies falls back to any device
+   with a kernel.
+2. **Colocation**: a variable and every op that takes it by reference, and ops created
+   under ``tw.colocate_with`` (attr ``_class: ["loc:@name"]``), are joined by union-find;
+   each group may go only to the intersection of its members' feasible devices.
+3. **Greedy simulated execution**: nodes are visited in topological order (among ready
+   nodes, the one whose inputs are ready earliest first). A node, or a whole colocation
+   group when its first member is reached, goes to the feasible device where it would
+   finish soonest: the device's simulated availability, its inputs' arrival times including
+   transfers (``cost_model.transfer_time``), and its compute time there
+   (``cost_model.compute_time``: measured, kernel-supplied or static). Devices whose
+   memory limit the live estimated bytes would exceed are skipped (unless every feasible
+   device would: the estimate is only an estimate, and the allocator has the last word).
+
+Ties go to the device listed first (the CPU), so a plan whose nodes cost the same
+everywhere stays where it used to be. When every group has one feasible device, or there is
+one device, the simulation is skipped. Constraints that cannot be met raise
+``InvalidArgumentError`` naming the nodes and their constraints.
 """
 
 from __future__ import annotations
 
+import dataclasses
+import heapq
+
 from tensorweave.framework import errors
 from tensorweave.framework.device_spec import DeviceSpec
+from tensorweave.passes.cost_model import CostModel
 from tensorweave.runtime.executor import flat_input_is_ref
 
 
@@ -29,14 +49,25 @@ class _UnionFind:
             self.parent[rb] = ra
 
 
+def colocation_classes(op) -> list[str]:
+    """The explicit colocation groups of ``op`` (``tw.colocate_with``), as ``loc:@name``."""
+    return [c for c in (op._attrs.get("_class") or ()) if isinstance(c, str) and c.startswith("loc:@")]
+
+
 def colocation_groups(nodes) -> _UnionFind:
-    """Nodes that must share a device: a variable and every op that takes it by reference."""
+    """Nodes that must share a device: a variable and every op that takes it by reference,
+    and ops colocated with ``tw.colocate_with`` (with the named node, when it is among
+    ``nodes``, and with each other in any case)."""
     uf = _UnionFind()
+    by_name = {op.name: op for op in nodes}
     for op in nodes:
         uf.find(op)
         for t, ref in zip(op.inputs, flat_input_is_ref(op)):
             if ref:
                 uf.union(t.op, op)
+        for c in colocation_classes(op):
+            target = by_name.get(c[len("loc:@"):])
+            uf.union(target if target is not None else c, op)
     return uf
 
 
@@ -49,15 +80,14 @@ def feasible_devices(op, devices, kernels, allow_soft_placement=False):
     return ok_kernel, spec, ok_kernel
 
 
-def place(nodes, devices, kernels, config=None) -> dict:
-    """Map each node to a Device; InvalidArgumentError when a constraint cannot be met."""
-    soft = bool(getattr(config, "allow_soft_placement", False))
+def _groups_and_candidates(nodes, devices, kernels, soft):
+    """(op -> group root, root -> members, root -> feasible devices in device order)."""
     uf = colocation_groups(nodes)
     groups: dict = {}
     for op in nodes:
         groups.setdefault(uf.find(op), []).append(op)
-    placement = {}
-    for members in groups.values():
+    candidates_of = {}
+    for root, members in groups.items():
         candidates = None
         for op in members:
             feas, spec, with_kernel = feasible_devices(op, devices, kernels, soft)
@@ -68,26 +98,276 @@ def place(nodes, devices, kernels, config=None) -> dict:
                         f"cannot assign a device for {op.type} node '{op.name}': its device "
                         f"specification '{op.device}' matches no device; available: "
                         f"{[d.name for d in devices]}", node_def=op.name, op=op)
+                if with_kernel:
+                    raise errors.InvalidArgumentError(
+                        f"cannot assign a device for {op.type} node '{op.name}': its device specification "
+                        f"'{op.device}' allows only {[d.name for d in existing]}, which have no kernel for "
+                        f"{op.type}; devices with one: {[d.name for d in with_kernel]} (set "
+                        "allow_soft_placement=True to let it go there)", node_def=op.name, op=op)
                 kernels.find(op, existing[0].device_type)  # raises NotFound naming what exists
                 raise errors.InvalidArgumentError(
                     f"cannot assign a device for {op.type} node '{op.name}': no kernel on {[d.name for d in existing]}",
                     node_def=op.name, op=op)
             candidates = feas if candidates is None else [d for d in candidates if d in feas]
             if not candidates:
-                names = [f"'{m.name}' ({m.device or 'any device'})" for m in members]
+                names = [f"'{m.name}' ({m.type}, {m.device or 'any device'})" for m in members]
                 raise errors.InvalidArgumentError(
                     f"cannot colocate nodes {', '.join(names)}: they must share a device (a variable "
-                    "and the ops that update it), but no device satisfies all their constraints",
+                    "and the ops that update it, or ops under tw.colocate_with), but no device "
+                    "satisfies all their constraints and has kernels for all of them",
                     node_def=op.name, op=op)
-        for op in members:
-            placement[op] = candidates[0]
-    return placement
+        candidates_of[root] = candidates
+    group_of = {op: uf.find(op) for op in nodes}
+    return group_of, groups, candidates_of
+
+
+@dataclasses.dataclass
+class Simulation:
+    """What the simulated execution decided: device, start and finish per node."""
+
+    placement: dict                                        # op -> Device
+    start: dict = dataclasses.field(default_factory=dict)  # op -> simulated start (s)
+    finish: dict = dataclasses.field(default_factory=dict)  # op -> simulated finish (s)
+    peak_bytes: dict = dataclasses.field(default_factory=dict)  # device name -> peak live bytes
+
+    @property
+    def makespan(self) -> float:
+        return max(self.finish.values(), default=0.0)
+
+
+def _memory_limit(device):
+    lim = getattr(device, "memory_limit", None)
+    if lim is None:
+        lim = getattr(getattr(device, "allocator", None), "memory_limit", None)
+    return lim
+
+
+def simulate(nodes, devices, kernels, config=None, cost_model=None, feeds=None) -> Simulation:
+    """Place ``nodes`` on ``devices`` by greedy simulated execution (see the module doc)."""
+    soft = bool(getattr(config, "allow_soft_placement", False))
+    group_of, groups, candidates_of = _groups_and_candidates(nodes, devices, kernels, soft)
+    if len(devices) <= 1 or all(len(c) == 1 for c in candidates_of.values()):
+        return Simulation({op: candidates_of[group_of[op]][0] for op in nodes})
+    return _Simulator(nodes, devices, kernels, cost_model or CostModel(), feeds,
+                      group_of, groups, candidates_of).run()
+
+
+class _Simulator:
+    def __init__(self, nodes, devices, kernels, cm, feeds, group_of, groups, candidates_of):
+        self.nodes, self.devices, self.kernels, self.cm = nodes, devices, kernels, cm
+        self.fed = set(feeds or ())
+        self.group_of, self.groups, self.candidates_of = group_of, groups, candidates_of
+        self.node_set = set(nodes)
+        # Fed values and inputs from outside the plan come from the client, in host memory.
+        self.host = next((d for d in devices if getattr(d, "host_tensors", False) or d.device_type == "CPU"), None)
+        self.where: dict = {}
+        self.start: dict = {}
+        self.finish: dict = {}
+        self.group_device: dict = {}
+        self.avail = {d: 0.0 for d in devices}
+        self.arrival: dict = {}                   # (tensor, device) -> time it is there
+        self.live = {d: 0 for d in devices}        # estimated bytes alive now
+        self.peak = {d: 0 for d in devices}
+        self.limit = {d: _memory_limit(d) for d in devices}
+        self.holders: dict = {}                   # tensor -> [(device, bytes)] to free later
+        self._time_cache: dict = {}
+        # Generators (Const and other free nodes without inputs) wait for their first
+        # consumer and go where it goes (TensorFlow's placer does the same), instead of
+        # landing wherever happened to be idle when they were visited.
+        self.deferred: set = set()
+        # Consumers left per tensor, to free its buffers (and copies) after the last one.
+        self.uses: dict = {}
+        for op in nodes:
+            for t in op.inputs:
+                if t.op in self.node_set and t not in self.fed:
+                    self.uses[t] = self.uses.get(t, 0) + 1
+
+    # -- estimates ---------------------------------------------------------------------------
+    def compute(self, op, d) -> float:
+        key = (op, d)
+        v = self._time_cache.get(key)
+        if v is None:
+            v = self._time_cache[key] = self.cm.compute_time(op, d, self.kernels)
+        return v
+
+    def source(self, t):
+        """(device the tensor is on, time it is ready there) for an input tensor ``t``."""
+        if t in self.fed or t.op not in self.node_set:
+            return self.host, 0.0
+        if t.op in self.deferred:
+            return None, 0.0
+        return self.where[t.op], self.finish[t.op]
+
+    def input_cost(self, op, d):
+        """(time all of ``op``'s inputs are on ``d``, [(tensor, arrival, bytes)] new copies)."""
+        ready = 0.0
+        new = []
+        for t in op.inputs:
+            src, at = self.source(t)
+            if t.op in self.deferred:
+                g = self.candidates_of[self.group_of[t.op]]
+                at = self.compute(t.op, d if d in g else g[0])
+                if d not in g:
+                    at += self.cm.transfer_time(self.cm.tensor_bytes(t), g[0], d)
+            elif src is not None and src is not d:
+                known = self.arrival.get((t, d))
+                if known is None:
+                    nbytes = self.cm.tensor_bytes(t)
+                    known = at + self.cm.transfer_time(nbytes, src, d)
+                    new.append((t, known, nbytes))
+                at = known
+            ready = max(ready, at)
+        for c in op.control_inputs:
+            if c in self.finish:
+                src = self.where[c]
+                ready = max(ready, self.finish[c] + (self.cm.transfer_time(0, src, d) if src is not d else 0.0))
+        return ready, new
+
+    def evaluate(self, op, d):
+        ready, new = self.input_cost(op, d)
+        start = max(ready, self.avail[d])
+        return start, start + self.compute(op, d), new
+
+    # -- choosing ----------------------------------------------------------------------------
+    def choose(self, op):
+        root = self.group_of[op]
+        members = self.groups[root]
+        cands = self.candidates_of[root]
+        if len(cands) == 1:
+            return cands[0]
+        others = [m for m in members if m is not op]
+        fits, best, best_score = [], None, None
+        for d in cands:
+            _start, fin, new = self.evaluate(op, d)
+            score = fin
+            # The rest of the group will run there too: its compute and the inputs it
+            # already knows it must fetch count against this device.
+            for m in others:
+                score += self.compute(m, d)
+                for t in m.inputs:
+                    if t.op in self.where or t in self.fed or t.op not in self.node_set:
+                        src, _at = self.source(t)
+                        if src is not None and src is not d:
+                            score += self.cm.transfer_time(self.cm.tensor_bytes(t), src, d)
+            need = sum(self.cm.memory_bytes(m) for m in members) + sum(b for _t, _a, b in new)
+            need += sum(self.cm.memory_bytes(t.op) for t in op.inputs
+                        if t.op in self.deferred and d in self.candidates_of[self.group_of[t.op]])
+            lim = self.limit[d]
+            ok = lim is None or self.live[d] + need <= lim
+            fits.append((d, score, ok))
+        usable = [f for f in fits if f[2]] or fits
+        for d, score, _ok in usable:
+            if best_score is None or score < best_score:
+                best, best_score = d, score
+        return best
+
+    def deferrable(self, op) -> bool:
+        root = self.group_of[op]
+        return (len(self.candidates_of[root]) > 1 and len(self.groups[root]) == 1 and not op.inputs
+                and not any(c in self.node_set for c in op.control_inputs) and self.cm.flops(op) == 0)
+
+    def commit(self, op, d):
+        for t in op.inputs:
+            p = t.op
+            if p in self.deferred:
+                self.deferred.discard(p)
+                self.commit(p, d if d in self.candidates_of[self.group_of[p]] else self.choose(p))
+        start, fin, new = self.evaluate(op, d)
+        for t, at, nbytes in new:
+            self.arrival[(t, d)] = at
+            self._alloc(d, nbytes, t)
+        self.where[op] = d
+        self.start[op] = start
+        self.finish[op] = fin
+        self.avail[d] = fin
+        root = self.group_of[op]
+        if root not in self.group_device:
+            self.group_device[root] = d
+        mem = self.cm.memory_bytes(op)
+        if mem:
+            persistent = self.cm.is_persistent(op) or not op.outputs
+            for t in op.outputs:
+                # Outputs nobody in the plan consumes are probably fetched: kept to the end.
+                keep = persistent or self.uses.get(t, 0) == 0
+                share = mem if len(op.outputs) == 1 else self.cm.tensor_bytes(t)
+                self._alloc(d, share, None if keep else t)
+        for t in op.inputs:
+            n = self.uses.get(t)
+            if n is None:
+                continue
+            if n <= 1:
+                del self.uses[t]
+                for dev, nbytes in self.holders.pop(t, ()):
+                    self.live[dev] -= nbytes
+            else:
+                self.uses[t] = n - 1
+
+    def _alloc(self, d, nbytes, tensor):
+        self.live[d] += nbytes
+        if self.live[d] > self.peak[d]:
+            self.peak[d] = self.live[d]
+        if tensor is not None:
+            self.holders.setdefault(tensor, []).append((d, nbytes))
+
+    # -- the traversal -----------------------------------------------------------------------
+    def run(self) -> Simulation:
+        preds = {}
+        succ = {op: [] for op in self.nodes}
+        for op in self.nodes:
+            ps = {t.op for t in op.inputs if t.op in self.node_set and t not in self.fed}
+            ps.update(c for c in op.control_inputs if c in self.node_set)
+            ps.discard(op)
+            preds[op] = len(ps)
+            for p in ps:
+                succ[p].append(op)
+        heap = [(0.0, op._id, i, op) for i, op in enumerate(self.nodes) if preds[op] == 0]
+        heapq.heapify(heap)
+        while heap:
+            _, _, _, op = heapq.heappop(heap)
+            root = self.group_of[op]
+            d = self.group_device.get(root)
+            if d is None and self.deferrable(op):
+                self.deferred.add(op)
+            else:
+                self.commit(op, d if d is not None else self.choose(op))
+            for m in succ[op]:
+                preds[m] -= 1
+                if preds[m] == 0:
+                    ready = max((self.finish.get(p, 0.0) for p in _pred_ops(m, self.node_set, self.fed)),
+                                default=0.0)
+                    heapq.heappush(heap, (ready, m._id, len(self.where), m))
+        # Generators nobody consumed (fetched directly): wherever they finish soonest.
+        for op in sorted(self.deferred, key=lambda o: o._id):
+            self.deferred.discard(op)
+            self.commit(op, self.choose(op))
+        # A cycle leaves nodes unvisited: put them somewhere feasible and let the executor
+        # report the cycle with its own message.
+        for op in self.nodes:
+            if op not in self.where:
+                root = self.group_of[op]
+                self.where[op] = self.group_device.setdefault(root, self.candidates_of[root][0])
+        placement = {op: self.where[op] for op in self.nodes}
+        return Simulation(placement, self.start, self.finish, {d.name: p for d, p in self.peak.items()})
+
+
+def _pred_ops(op, node_set, fed):
+    for t in op.inputs:
+        if t.op in node_set and t not in fed:
+            yield t.op
+    for c in op.control_inputs:
+        if c in node_set:
+            yield c
+
+
+def place(nodes, devices, kernels, config=None, cost_model=None, feeds=None) -> dict:
+    """Map each node to a Device; InvalidArgumentError when a constraint cannot be met."""
+    return simulate(nodes, devices, kernels, config, cost_model, feeds).placement
 
 
 class DefaultPlacer:
-    """The registered ``default`` placer."""
+    """The registered ``default`` placer: the whitepaper's greedy simulated placement."""
 
     name = "default"
 
-    def place(self, nodes, devices, kernels, config=None, cost_model=None) -> dict:
-        return place(nodes, devices, kernels, config)
+    def place(self, nodes, devices, kernels, config=None, cost_model=None, feeds=None) -> dict:
+        return place(nodes, devices, kernels, config, cost_model, feeds)
