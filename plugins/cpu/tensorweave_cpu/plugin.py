@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tensorweave.plugins import hookimpl
-from tensorweave_cpu import device, kernels
+from tensorweave_cpu import device, kernels, pool
 
 
 @hookimpl
@@ -19,3 +19,4 @@ def tensorweave_register_kernels(registry):
 @hookimpl
 def tensorweave_register_allocators(registry):
     registry.register("CPU", "default", device.CPUAllocator.for_device)
+    registry.register("CPU", "pool", pool.PoolAllocator.for_device)

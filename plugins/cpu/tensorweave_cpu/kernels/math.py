@@ -97,6 +97,9 @@ def _cast(ctx):
 
 def _matmul(ctx):
     ta, tb = ctx.attrs["transpose_a"], ctx.attrs["transpose_b"]
+    pooled = _pooled_matmul(ctx, ta, tb)
+    if pooled is not None:
+        return pooled
     if not ta and not tb:
         return np.matmul
     if ta and tb:
@@ -131,6 +134,73 @@ def _add_n(ctx):
             np.add(out, x, out=out)
         return out
     return add_n
+
+
+# ---------------------------------------------------------------------------------------
+# outputs from a pooling allocator
+#
+# With a pooling allocator (``ConfigProto(allocator={"CPU": "pool"})``) the hot kernels write
+# large outputs into buffers the pool hands out (``out=``), which a plan reuses step after
+# step instead of page-faulting fresh memory. Everything is decided in the factory: with the
+# default allocator, or when the static output is small, the kernel is the plain NumPy
+# function, exactly as without pools.
+POOLED_MIN_BYTES = 64 * 1024
+_POOLED_BINARY = ("Add", "Sub", "Mul", "Maximum", "Minimum")
+
+
+def _pool_of(ctx):
+    alloc = getattr(ctx.device, "allocator", None)
+    return alloc if getattr(alloc, "pooling", False) else None
+
+
+def _static_small(ctx) -> bool:
+    """True when the node's output is statically known to be below POOLED_MIN_BYTES."""
+    t = ctx.op.outputs[0]
+    return t.shape.is_fully_defined() and t.shape.num_elements() * t.dtype.size < POOLED_MIN_BYTES
+
+
+def _pooled_binary(ufunc):
+    def factory(ctx):
+        pool = _pool_of(ctx)
+        if pool is None or _static_small(ctx):
+            return ufunc
+        dt = ctx.output_dtypes[0].np_dtype
+        itemsize = dt.itemsize
+        allocate = pool.allocate
+        broadcast = np.broadcast_shapes
+
+        def f(x, y):
+            shape = x.shape if x.shape == y.shape else broadcast(x.shape, y.shape)
+            n = itemsize
+            for d in shape:
+                n *= d
+            if n < POOLED_MIN_BYTES or x.dtype != dt or y.dtype != dt:
+                return ufunc(x, y)
+            return ufunc(x, y, out=allocate(shape, dt))
+        return f
+    return factory
+
+
+def _pooled_matmul(ctx, ta, tb):
+    pool = _pool_of(ctx)
+    if pool is None or _static_small(ctx):
+        return None
+    dt = ctx.output_dtypes[0].np_dtype
+    itemsize = dt.itemsize
+    allocate = pool.allocate
+
+    def f(a, b):
+        if ta:
+            a = a.T
+        if tb:
+            b = b.T
+        if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
+            return np.matmul(a, b)  # let NumPy report the mismatch
+        shape = (a.shape[0], b.shape[1])
+        if shape[0] * shape[1] * itemsize < POOLED_MIN_BYTES:
+            return np.matmul(a, b)
+        return np.matmul(a, b, out=allocate(shape, dt))
+    return f
 
 
 # ---------------------------------------------------------------------------------------
@@ -363,7 +433,10 @@ def _unsorted_segment_sum(ctx):
 def register(reg):
     register_gradient_helpers(reg)
     for op, fn in _UFUNCS.items():
-        reg.register(op, CPU, fn)
+        if op in _POOLED_BINARY:
+            reg.register(op, CPU, factory=_pooled_binary(fn))
+        else:
+            reg.register(op, CPU, fn)
     reg.register("Add", CPU, _string_concat, constraints={"T": ["string"]}, priority=1)
     reg.register("Div", CPU, factory=_div)
     reg.register("RealDiv", CPU, factory=_div)
