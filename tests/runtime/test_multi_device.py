@@ -34,7 +34,8 @@ def test_values_flow_across_three_devices():
         a = x * 2.0
     with tw.device("/device:FAKE:1"):
         b = a + 1.0
-    c = b * a  # on the CPU: needs a from FAKE:0 and b from FAKE:1
+    with tw.device("/device:CPU:0"):
+        c = b * a  # on the CPU: needs a from FAKE:0 and b from FAKE:1
     with tw.Session() as s:
         out = s.run([c, a], {x: [1, 2, 3]})
         np.testing.assert_allclose(out[0], [6, 20, 42])
@@ -48,10 +49,12 @@ def test_one_recv_per_tensor_and_destination():
     # Figure 4: a tensor with two consumers on another device is sent and received once.
     with tw.device("/device:FAKE:0"):
         a = tw.constant([1.0, 2.0]) * 3.0
-    b = a + 1.0
-    c = a * 2.0
+    with tw.device("/device:CPU:0"):
+        b = a + 1.0
+        c = a * 2.0
+        total = b + c
     with tw.Session() as s:
-        np.testing.assert_allclose(s.run(b + c), [10.0, 19.0])
+        np.testing.assert_allclose(s.run(total), [10.0, 19.0])
         parts = _plan(s).graph_parts
     cpu_part = next(p for d, p in parts.items() if d.name == CPU)
     fake_part = next(p for d, p in parts.items() if d.name == FAKE0)
@@ -61,6 +64,15 @@ def test_one_recv_per_tensor_and_destination():
     assert sum(n["op"] == "_Recv" for n in gd["node"]) == 1
     consumers = [n for n in gd["node"] if n["op"] in ("Add", "Mul") and "_recv_0:0" in n["input"]]
     assert len(consumers) == 2
+
+
+def test_session_placement_as_data():
+    with tw.device("/device:FAKE:1"):
+        a = tw.constant(1.0) * 2.0
+    with tw.Session() as s:
+        placement = s.placement(a)
+        assert placement[a.op.name] == FAKE1
+        assert s.run(a) == 2.0
 
 
 def test_control_edges_cross_devices():

@@ -79,6 +79,20 @@ class _Node:
                  "expensive", "track", "unwrap")
 
 
+def _nbytes(v) -> int:
+    """Size of a host or device tensor (device handles expose shape and dtype)."""
+    n = getattr(v, "nbytes", None)
+    if n is not None:
+        return int(n)
+    shape, dtype = getattr(v, "shape", None), getattr(v, "dtype", None)
+    if shape is None or dtype is None:
+        return 0
+    try:
+        return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
+    except TypeError:
+        return 0
+
+
 def _static_nbytes(t) -> int | None:
     if not t.shape.is_fully_defined() or t.dtype.is_string:
         return None
@@ -499,7 +513,7 @@ class CompiledPartition:
                     t1 = clock()
                     n = self._slot_node.get(out)
                     if n is not None and (x is not None or kind != 0 or out in n.outs):
-                        nbytes = sum(getattr(vals[s], "nbytes", 0) for s in n.outs)
+                        nbytes = sum(_nbytes(vals[s]) for s in n.outs)
                         stats.append({"node": n.op.name, "op": n.op.type, "device": self.device.name,
                                       "start": t0, "end": t1, "output_bytes": int(nbytes)})
         except Exception as e:  # noqa: BLE001

@@ -165,7 +165,7 @@ class _Plan:
             fn(self)
         placer = reg.placers.get(session._config.placer)
         placement = placer.place(self.nodes, session._devices, reg.kernels, session._config,
-                                 cost_model=session._cost_model)
+                                 cost_model=session._cost_model, feeds=self.feeds)
         self.placement = {op.name: d.name for op, d in placement.items()}
         if session._config.log_device_placement:
             for op, d in placement.items():
@@ -255,21 +255,8 @@ class Session:
         them), feeding ``feed_dict`` ({Tensor or "name:0": value}) in place of tensors."""
         if self._closed:
             raise errors.FailedPreconditionError("attempted to use a closed Session")
-        g = self._graph
-        if self._plan_version != g._version:
-            self._plans.clear()
-            self._plan_version = g._version
         feed_keys = tuple(feed_dict) if feed_dict else ()
-        try:
-            key = (_structure_key(fetches), feed_keys)
-            plan = self._plans.get(key)
-        except TypeError:  # something unhashable inside: build without caching
-            key, plan = None, None
-        if plan is None:
-            with self._lock:
-                plan = _Plan(self, fetches, feed_keys)
-                if key is not None:
-                    self._plans[key] = plan
+        plan = self._plan_for(fetches, feed_keys)
         feed_vals = [conv(feed_dict[k]) for conv, k in zip(plan.converters, feed_keys)] if feed_keys else ()
         return plan.mapper.build(self._execute(plan, feed_vals, options, run_metadata))
 
@@ -331,6 +318,28 @@ class Session:
             n = self._config.inter_op_parallelism_threads or (os.cpu_count() or 2)
             self._pool = ThreadPoolExecutor(max(n, 2), thread_name_prefix=f"tw-interop-{self._id}")
         return self._pool
+
+    def placement(self, fetches, feed_dict=None) -> dict:
+        """{node name: device name} for the plan that ``run(fetches, feed_dict)`` would use,
+        without running it (feed values are not needed, only the keys)."""
+        return dict(self._plan_for(fetches, tuple(feed_dict or ())).placement)
+
+    def _plan_for(self, fetches, feed_keys):
+        g = self._graph
+        if self._plan_version != g._version:
+            self._plans.clear()
+            self._plan_version = g._version
+        try:
+            key = (_structure_key(fetches), feed_keys)
+            plan = self._plans.get(key)
+        except TypeError:  # something unhashable inside: build without caching
+            key, plan = None, None
+        if plan is None:
+            with self._lock:
+                plan = _Plan(self, fetches, feed_keys)
+                if key is not None:
+                    self._plans[key] = plan
+        return plan
 
     def make_callable(self, fetches, feed_list=None):
         """A function ``f(*feed_values)`` that runs ``fetches`` with the plan looked up once."""
