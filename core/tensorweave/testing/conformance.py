@@ -1,0 +1,1063 @@
+"""The device conformance kit: checks any device type against the CPU reference.
+
+For every op that has a kernel for the device type under test, the kit builds small graphs
+from a table of example inputs and attrs (below), once with every node pinned to
+``/device:<TYPE>:0`` (soft placement lets helper nodes the device has no kernel for fall back
+to the CPU; the op under test must land on the device) and once on ``/device:CPU:0``, runs
+both and compares outputs (dtype, shape, values within dtype-appropriate tolerances). For
+differentiable ops it also compares ``tw.gradients`` of a weighted sum of the outputs, with
+the forward and gradient ops on the device, against the same on the CPU (float32 inputs).
+
+Data inputs are fed through placeholders of fully defined shape; inputs that act as attrs
+(axes, shapes, permutations, sizes) are constants. Stateful ops run on variables created on
+the device; random ops are checked for shape, dtype and their distribution's invariants,
+not values.
+
+The pytest plugin (``tensorweave.testing.pytest_plugin``, ``pytest --tw-device=OPENCL``)
+turns :func:`plan` into test items and reports what is missing. The same API works without
+pytest::
+
+    from tensorweave.testing import conformance
+    p = conformance.plan("OPENCL")
+    for check in p.checks:
+        check.run()          # raises ConformanceFailure or Unsupported
+
+Ops that come from other plugins get cases from :func:`register_cases`; element-wise ops
+with a plain ``x: T -> y: T`` (or ``x: T, y: T -> z: T``) signature are covered
+automatically; the rest are reported as "not covered".
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import zlib
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+
+# ---------------------------------------------------------------------------------------
+# tolerances
+
+# (rtol, atol) for value comparisons by output dtype; integers and bools compare exactly.
+TOLERANCES = {
+    "float16": (1e-2, 1e-2),
+    "float32": (1e-4, 1e-5),
+    "float64": (1e-9, 1e-12),
+    "complex64": (1e-4, 1e-5),
+    "complex128": (1e-9, 1e-12),
+}
+# Gradients are compared for float32 inputs.
+GRADIENT_TOLERANCE = (1e-4, 1e-4)
+GRADIENT_DTYPE = "float32"
+
+# The dtypes the kit tries for an op's main type attr, in this order (where the op allows them).
+DTYPES = ("float32", "float64", "float16", "int32", "int64", "uint8", "complex64", "bool")
+
+# Type attrs that type attr-like inputs (axes, shapes, sizes): those inputs are constants.
+AUX_TYPE_ATTRS = frozenset({"Tidx", "Tshape", "Tperm", "Index", "Tmultiples", "Tdim", "Taxis", "Tlen",
+                            "Tnumsegments", "index_type", "Tpaddings", "out_idx"})
+
+# Ops that produce no values to compare: the runtime feeds placeholders and NoOp only orders.
+STRUCTURAL = frozenset({"Placeholder", "NoOp"})
+
+
+class ConformanceFailure(AssertionError):
+    """The device disagrees with the CPU reference (the message says where and by how much)."""
+
+
+class Unsupported(Exception):  # noqa: N818 - a skip, not an error
+    """The check cannot run: the device (or the CPU reference) has no kernel for these dtypes."""
+
+
+# ---------------------------------------------------------------------------------------
+# cases
+@dataclasses.dataclass
+class Case:
+    """One node to build: its inputs (one entry per input argument; a list for list
+    arguments), attrs, and how each input enters the graph.
+
+    ``modes`` per argument: ``"feed"`` (a placeholder), ``"const"`` or ``"var"`` (a variable
+    on the device, for ``Ref`` inputs); None picks feed for data and const for attr-like inputs.
+    ``check(device_outputs, cpu_outputs, case)`` replaces the value comparison (random ops).
+    ``build(op_type, inputs, attrs)`` replaces ``apply_op`` (ops built through a wrapper).
+    ``grad_args``: the arguments to differentiate (default: fed floating-point ones);
+    ``grad_outputs``: the outputs the loss uses (default: all floating-point ones).
+    """
+
+    inputs: list
+    attrs: dict = dataclasses.field(default_factory=dict)
+    label: str = ""
+    modes: tuple | None = None
+    check: Callable | None = None
+    build: Callable | None = None
+    grad_args: tuple | None = None
+    grad_outputs: tuple | None = None
+    tol: tuple | None = None
+
+
+def _rng_for(*parts) -> np.random.Generator:
+    return np.random.default_rng(zlib.crc32("/".join(map(str, parts)).encode()))
+
+
+def values(shape, dtype, rng, domain="any") -> np.ndarray:
+    """Example values: ``any`` (around zero), ``pos`` (0.5..2), ``nonzero``, ``small`` (|x| <= 2
+    for integers), ``unit`` (0..1), ``nonneg`` (0..2; integers 0..3)."""
+    dt = np.dtype(dtype)
+    shape = tuple(shape)
+    if dt == np.bool_:
+        return rng.random(shape) < 0.5
+    if dt.kind in "iu":
+        lo, hi = {"any": (-5, 6), "pos": (1, 6), "nonzero": (1, 6), "small": (-2, 3), "unit": (0, 2),
+                  "nonneg": (0, 4)}[domain]
+        if dt.kind == "u":
+            lo = max(lo, 0 if domain in ("any", "small", "unit", "nonneg") else 1)
+        v = rng.integers(lo, hi, shape)
+        if domain == "nonzero" and dt.kind == "i":
+            v = v * rng.choice([-1, 1], shape)
+        return v.astype(dt)
+    if dt.kind == "c":
+        part = np.dtype(np.float32 if dt == np.complex64 else np.float64)
+        return (values(shape, part, rng, domain) + 1j * values(shape, part, rng, "any" if domain != "unit" else "unit")).astype(dt)
+    if domain == "pos":
+        v = rng.uniform(0.5, 2.0, shape)
+    elif domain == "nonzero":
+        v = rng.uniform(0.5, 2.0, shape) * rng.choice([-1.0, 1.0], shape)
+    elif domain == "unit":
+        v = rng.uniform(0.0, 1.0, shape)
+    elif domain == "nonneg":
+        v = rng.uniform(0.0, 2.0, shape)
+    else:
+        v = rng.uniform(-2.0, 2.0, shape)
+    return np.asarray(v, dtype=dt)
+
+
+# ---------------------------------------------------------------------------------------
+# generators: gen(dtype, rng) -> [Case]
+UNARY_SHAPES = [(), (7,), (2, 3, 4)]
+BINARY_SHAPES = [((3, 4), (3, 4)), ((2, 3, 4), (4,)), ((3, 1), (1, 4)), ((), (2, 3))]
+
+
+def _label(*shapes) -> str:
+    return "@".join("x".join(map(str, s)) or "scalar" for s in shapes)
+
+
+def unary(domain="any", shapes=None, attrs=None):
+    def gen(dtype, rng):
+        return [Case([values(s, dtype, rng, domain)], dict(attrs or {}), _label(s)) for s in (shapes or UNARY_SHAPES)]
+    return gen
+
+
+def binary(domain_x="any", domain_y="any", shapes=None, ties=False):
+    def gen(dtype, rng):
+        out = []
+        for sx, sy in shapes or BINARY_SHAPES:
+            x, y = values(sx, dtype, rng, domain_x), values(sy, dtype, rng, domain_y)
+            if ties and sx == sy and x.size:
+                mask = rng.random(sx) < 0.5
+                y = np.where(mask, x, y).astype(x.dtype)
+            out.append(Case([x, y], {}, _label(sx, sy)))
+        return out
+    return gen
+
+
+def same_shape_binary(domain_x="any", domain_y="any"):
+    return binary(domain_x, domain_y, shapes=[((3, 4), (3, 4)), ((2, 3, 4), (2, 3, 4))])
+
+
+def _i32(*v):
+    return np.array(v, dtype=np.int32)
+
+
+def reduction(domain="any"):
+    def gen(dtype, rng):
+        x = values((2, 3, 4), dtype, rng, domain)
+        cases = []
+        for axes, keep in (([1], False), ([0, 2], True), ([-1], False), ([], False), ([0, 1, 2], False), ([2], True)):
+            cases.append(Case([x, _i32(*axes)], {"keep_dims": keep}, f"axes={axes}{'-keep' if keep else ''}"))
+        cases.append(Case([values((5,), dtype, rng, domain), np.int32(0)], {}, "5-axis0"))
+        return cases
+    return gen
+
+
+def arg_reduction(dtype, rng):
+    return [Case([values((3, 4), dtype, rng), np.int32(a)], {}, f"3x4-axis{a}") for a in (0, 1, -1)] + [
+        Case([values((2, 3, 4), dtype, rng), np.int32(1)], {"output_type": "int32"}, "2x3x4-axis1-int32")]
+
+
+def cumulative(dtype, rng):
+    x = values((3, 4), dtype, rng, "small" if np.dtype(dtype).kind in "iu" else "any")
+    return [Case([x, np.int32(a)], {"exclusive": e, "reverse": r}, f"axis{a}{'-excl' if e else ''}{'-rev' if r else ''}")
+            for a, e, r in ((0, False, False), (1, True, False), (-1, False, True), (0, True, True))]
+
+
+def matmul(dtype, rng):
+    out = []
+    for ta in (False, True):
+        for tb in (False, True):
+            a = values((3, 2) if ta else (2, 3), dtype, rng)
+            b = values((4, 3) if tb else (3, 4), dtype, rng)
+            out.append(Case([a, b], {"transpose_a": ta, "transpose_b": tb}, f"ta={int(ta)}-tb={int(tb)}"))
+    out.append(Case([values((1, 5), dtype, rng), values((5, 1), dtype, rng)], {}, "1x5@5x1"))
+    return out
+
+
+def batch_matmul(dtype, rng):
+    out = []
+    for ax in (False, True):
+        for ay in (False, True):
+            x = values((2, 3, 2) if ax else (2, 2, 3), dtype, rng)
+            y = values((2, 4, 3) if ay else (2, 3, 4), dtype, rng)
+            out.append(Case([x, y], {"adj_x": ax, "adj_y": ay}, f"adj_x={int(ax)}-adj_y={int(ay)}"))
+    out.append(Case([values((3, 4), dtype, rng), values((4, 2), dtype, rng)], {}, "rank2"))
+    return out
+
+
+def _well_conditioned(shape, dtype, rng):
+    n = shape[-1]
+    a = values(shape, dtype, rng) * 0.3 + np.eye(n) * 2
+    return a.astype(dtype)
+
+
+def matrix_inverse(dtype, rng):
+    return [Case([_well_conditioned((3, 3), dtype, rng)], {}, "3x3"),
+            Case([_well_conditioned((2, 2, 2), dtype, rng)], {"adjoint": True}, "2x2x2-adjoint")]
+
+
+def matrix_determinant(dtype, rng):
+    return [Case([_well_conditioned((3, 3), dtype, rng)], {}, "3x3"),
+            Case([_well_conditioned((2, 4, 4), dtype, rng)], {}, "2x4x4")]
+
+
+def add_n(dtype, rng):
+    return [Case([[values((3, 4), dtype, rng) for _ in range(3)]], {}, "3 inputs"),
+            Case([[values((2,), dtype, rng)]], {}, "1 input")]
+
+
+def softmax(dtype, rng):
+    return [Case([values(s, dtype, rng)], {}, _label(s)) for s in ((3, 5), (1, 4), (2, 2, 3))]
+
+
+def bias_add(dtype, rng):
+    return [Case([values((2, 3, 4), dtype, rng), values((4,), dtype, rng)], {}, "2x3x4"),
+            Case([values((5, 3), dtype, rng), values((3,), dtype, rng)], {}, "5x3")]
+
+
+def bias_add_grad(dtype, rng):
+    return [Case([values(s, dtype, rng)], {}, _label(s)) for s in ((2, 3, 4), (5, 3))]
+
+
+def softmax_xent(dtype, rng):
+    logits = values((3, 5), dtype, rng)
+    raw = rng.uniform(0.1, 1.0, (3, 5))
+    labels = (raw / raw.sum(-1, keepdims=True)).astype(dtype)
+    onehot = np.eye(4, dtype=dtype)[[0, 3]]
+    return [Case([logits, labels], {}, "3x5", grad_args=(0,), grad_outputs=(0,)),
+            Case([values((2, 4), dtype, rng), onehot], {}, "one-hot", grad_args=(0,), grad_outputs=(0,))]
+
+
+def sparse_softmax_xent(dtype, rng):
+    return [Case([values((4, 5), dtype, rng), np.array(lab, dtype=np.int64)], {"Tlabels": "int64"}, f"labels={lab}",
+                 grad_args=(0,), grad_outputs=(0,)) for lab in ([0, 4, 2, 2], [1, 1, 3, 0])] + [
+        Case([values((2, 3), dtype, rng), np.array([2, 0], dtype=np.int32)], {"Tlabels": "int32"}, "int32 labels",
+             grad_args=(0,), grad_outputs=(0,))]
+
+
+_CONV = [  # input shape, filter shape, strides, padding
+    ((1, 5, 5, 2), (3, 3, 2, 3), [1, 1, 1, 1], "SAME"),
+    ((1, 5, 5, 2), (3, 3, 2, 3), [1, 2, 2, 1], "VALID"),
+    ((2, 4, 4, 1), (2, 2, 1, 2), [1, 2, 2, 1], "SAME"),
+]
+
+
+def _conv_out(in_shape, f_shape, strides, padding):
+    n, h, w, _ = in_shape
+    if padding == "SAME":
+        oh, ow = -(-h // strides[1]), -(-w // strides[2])
+    else:
+        oh, ow = (h - f_shape[0]) // strides[1] + 1, (w - f_shape[1]) // strides[2] + 1
+    return (n, oh, ow, f_shape[3])
+
+
+def conv2d(dtype, rng):
+    return [Case([values(i, dtype, rng), values(f, dtype, rng)], {"strides": s, "padding": p}, f"{_label(i, f)}-s{s[1]}-{p}")
+            for i, f, s, p in _CONV]
+
+
+def conv2d_backprop_input(dtype, rng):
+    return [Case([_i32(*i), values(f, dtype, rng), values(_conv_out(i, f, s, p), dtype, rng)],
+                 {"strides": s, "padding": p}, f"{_label(i, f)}-s{s[1]}-{p}") for i, f, s, p in _CONV]
+
+
+def conv2d_backprop_filter(dtype, rng):
+    return [Case([values(i, dtype, rng), _i32(*f), values(_conv_out(i, f, s, p), dtype, rng)],
+                 {"strides": s, "padding": p}, f"{_label(i, f)}-s{s[1]}-{p}") for i, f, s, p in _CONV]
+
+
+_POOL = [((1, 4, 4, 2), [1, 2, 2, 1], [1, 2, 2, 1], "VALID"), ((1, 4, 4, 2), [1, 3, 3, 1], [1, 1, 1, 1], "SAME"),
+         ((2, 5, 5, 1), [1, 2, 2, 1], [1, 2, 2, 1], "SAME")]
+
+
+def pool(dtype, rng):
+    return [Case([values(i, dtype, rng)], {"ksize": k, "strides": s, "padding": p}, f"{_label(i)}-k{k[1]}-s{s[1]}-{p}")
+            for i, k, s, p in _POOL]
+
+
+def _pool_out(i, k, s, p):
+    return _conv_out(i, (k[1], k[2], i[3], i[3]), s, p)
+
+
+def max_pool_grad(dtype, rng):
+    i, k, s, p = _POOL[0]  # 2x2 windows, stride 2: the forward value is a plain reshape-max
+    x = values(i, dtype, rng)
+    y = x.reshape(1, 2, 2, 2, 2, 2).max(axis=(2, 4))
+    return [Case([x, y, values(y.shape, dtype, rng)], {"ksize": k, "strides": s, "padding": p}, "4x4-k2-s2-VALID")]
+
+
+def avg_pool_grad(dtype, rng):
+    return [Case([_i32(*i), values(_pool_out(i, k, s, p), dtype, rng)], {"ksize": k, "strides": s, "padding": p},
+                 f"{_label(i)}-k{k[1]}-s{s[1]}-{p}") for i, k, s, p in _POOL]
+
+
+def in_top_k(dtype, rng):
+    pred = values((4, 5), np.float32, rng)
+    return [Case([pred, np.array([0, 4, 2, 1], dtype=dtype)], {"k": k}, f"k={k}") for k in (1, 2, 5)]
+
+
+def l2_loss(dtype, rng):
+    return [Case([values(s, dtype, rng)], {}, _label(s)) for s in ((3, 4), (5,))]
+
+
+def check_numerics(dtype, rng):
+    return [Case([values(s, dtype, rng)], {"message": "conformance"}, _label(s)) for s in ((3, 4), ())]
+
+
+def relu6(dtype, rng):
+    v = values((4, 5), dtype, rng) * 4
+    return [Case([v.astype(dtype)], {}, "4x5")]
+
+
+def reshape(dtype, rng):
+    x = values((2, 3, 4), dtype, rng)
+    return [Case([x, _i32(*s)], {}, f"to{s}") for s in ((4, 6), (-1,), (2, -1, 2), (24, 1))]
+
+
+def expand_dims(dtype, rng):
+    return [Case([values((2, 3), dtype, rng), np.int32(d)], {}, f"dim{d}") for d in (0, 1, -1)]
+
+
+def squeeze(dtype, rng):
+    x = values((1, 3, 1, 2), dtype, rng)
+    return [Case([x], {"squeeze_dims": d}, f"dims{d}") for d in ([], [0], [-2])]
+
+
+def transpose(dtype, rng):
+    return [Case([values((2, 3, 4), dtype, rng), _i32(*p)], {}, f"perm{p}") for p in ((2, 0, 1), (1, 0, 2))] + [
+        Case([values((3, 4), dtype, rng), _i32(1, 0)], {}, "2d")]
+
+
+def concat(dtype, rng):
+    return [Case([[values((2, 3), dtype, rng), values((2, 2), dtype, rng)], np.int32(1)], {}, "axis1"),
+            Case([[values((1, 3), dtype, rng), values((2, 3), dtype, rng), values((1, 3), dtype, rng)], np.int32(0)], {}, "axis0"),
+            Case([[values((2, 2), dtype, rng), values((2, 1), dtype, rng)], np.int32(-1)], {}, "axis-1")]
+
+
+def pack(dtype, rng):
+    return [Case([[values((2, 3), dtype, rng) for _ in range(3)]], {"axis": a}, f"axis{a}") for a in (0, 1, -1)]
+
+
+def unpack(dtype, rng):
+    return [Case([values((3, 2, 4), dtype, rng)], {"num": 3, "axis": 0}, "axis0"),
+            Case([values((3, 2, 4), dtype, rng)], {"num": 4, "axis": -1}, "axis-1")]
+
+
+def split(dtype, rng):
+    return [Case([np.int32(1), values((2, 6), dtype, rng)], {"num_split": 3}, "dim1"),
+            Case([np.int32(0), values((4, 3), dtype, rng)], {"num_split": 2}, "dim0")]
+
+
+def split_v(dtype, rng):
+    return [Case([values((5, 3), dtype, rng), np.array([1, 3, 1], np.int64), np.int32(0)], {"num_split": 3}, "dim0"),
+            Case([values((2, 4), dtype, rng), np.array([-1, 2], np.int64), np.int32(1)], {"num_split": 2}, "dim1-inferred")]
+
+
+def slice_(dtype, rng):
+    x = values((3, 4, 5), dtype, rng)
+    return [Case([x, _i32(1, 0, 2), _i32(2, -1, 2)], {}, "3d"), Case([x, _i32(0, 0, 0), _i32(3, 4, 5)], {}, "all")]
+
+
+def strided_slice(dtype, rng):
+    x = values((4, 5, 6), dtype, rng)
+    return [
+        Case([x, _i32(1, 0, 0), _i32(3, 5, 6), _i32(1, 2, 1)], {}, "stride2"),
+        Case([x, _i32(3, 0, 0), _i32(0, 5, 6), _i32(-1, 1, 2)], {}, "negative-stride"),
+        Case([x, _i32(1, 0, 0), _i32(2, 0, 0), _i32(1, 1, 1)], {"shrink_axis_mask": 1, "end_mask": 6}, "shrink"),
+        Case([x, _i32(0, 1), _i32(0, 4), _i32(1, 1)], {"begin_mask": 1, "end_mask": 1}, "masks"),
+    ]
+
+
+def strided_slice_grad(dtype, rng):
+    return [Case([_i32(4, 5), _i32(1, 0), _i32(3, 5), _i32(1, 2), values((2, 3), dtype, rng)], {}, "stride2")]
+
+
+def tile(dtype, rng):
+    return [Case([values((2, 3), dtype, rng), _i32(*m)], {}, f"mult{m}") for m in ((2, 1), (1, 3), (2, 2))]
+
+
+def gather(dtype, rng):
+    return [Case([values((5, 3), dtype, rng), np.array([[0, 4], [2, 2]], np.int32)], {}, "2d-indices"),
+            Case([values((6,), dtype, rng), np.array([5, 0, 1], np.int64)], {}, "int64-indices")]
+
+
+def gather_v2(dtype, rng):
+    return [Case([values((3, 4, 2), dtype, rng), np.array([1, 0, 1], np.int32), np.int32(a)], {}, f"axis{a}") for a in (0, 1, -1)]
+
+
+def one_hot(dtype, rng):
+    on, off = values((), dtype, rng, "pos"), values((), dtype, rng, "small")
+    idx = np.array([0, 2, -1, 1], np.int64)
+    return [Case([idx, np.int32(4), on, off], {"axis": a}, f"axis{a}") for a in (-1, 0)]
+
+
+def fill(dtype, rng):
+    return [Case([_i32(2, 3), values((), dtype, rng)], {}, "2x3"), Case([_i32(0, 2), values((), dtype, rng)], {}, "empty")]
+
+
+def range_(dtype, rng):
+    if np.dtype(dtype).kind == "f":
+        args = [(0.5, 3.0, 0.5), (2.0, -1.0, -0.75)]
+    else:
+        args = [(2, 11, 3), (5, -3, -2), (0, 0, 1)]
+    return [Case([np.asarray(a, dtype) for a in t], {}, f"{t}", modes=("const",) * 3) for t in args]
+
+
+def broadcast_to(dtype, rng):
+    return [Case([values((3, 1), dtype, rng), _i32(2, 3, 4)], {}, "3x1-to-2x3x4"), Case([values((), dtype, rng), _i32(2, 2)], {}, "scalar")]
+
+
+def shape_of(dtype, rng):
+    return [Case([values((2, 3, 4), dtype, rng)], {"out_type": o}, f"2x3x4-{o}") for o in ("int32", "int64")]
+
+
+def rank(dtype, rng):
+    return [Case([values(s, dtype, rng)], {}, _label(s)) for s in ((2, 3, 4), ())]
+
+
+def placeholder_with_default(dtype, rng):
+    return [Case([values((2, 3), dtype, rng)], {"shape": [2, 3]}, "2x3")]
+
+
+def broadcast_gradient_args(dtype, rng):
+    return [Case([np.array(a, dtype), np.array(b, dtype)], {}, f"{a}-{b}", modes=("const", "const"))
+            for a, b in (([2, 1, 4], [3, 1]), ([5], [2, 5]), ([], [3]))]
+
+
+def reduced_shape(dtype, rng):
+    return [Case([_i32(2, 3, 4), _i32(*ax)], {}, f"axes{ax}", modes=("const", "const")) for ax in ((1,), (0, 2), (-1,))]
+
+
+def list_diff(dtype, rng):
+    x = np.array([1, 2, 3, 4, 5, 6, 3], dtype)
+    y = np.array([1, 3, 5], dtype)
+    return [Case([x, y], {}, "7-3"), Case([x, x[:0]], {"out_idx": "int64"}, "empty-y")]
+
+
+def invert_permutation(dtype, rng):
+    return [Case([np.array(p, dtype)], {}, f"{p}") for p in ([2, 0, 3, 1], [0])]
+
+
+def unsorted_segment_sum(dtype, rng):
+    return [Case([values((4, 3), dtype, rng), _i32(0, 2, 0, 1), np.int32(3)], {}, "4x3"),
+            Case([values((2, 2, 2), dtype, rng), np.array([[1, 1], [0, 3]], np.int64), np.int32(4)], {}, "2d-ids")]
+
+
+def const(dtype, rng):
+    def build(op_type, inputs, attrs, _v=None):
+        import tensorweave as tw
+        return tw.constant(attrs["_value"])
+    return [Case([], {"_value": values(s, dtype, rng)}, _label(s), build=build) for s in ((2, 3), ())]
+
+
+_CASTS = [("float32", "int32"), ("int32", "float32"), ("float32", "float64"), ("float64", "float32"), ("bool", "float32"),
+          ("float32", "bool"), ("int32", "int64"), ("float32", "float16"), ("float16", "float32"), ("int64", "int32"),
+          ("uint8", "float32"), ("complex64", "float32"), ("float32", "complex64")]
+
+
+# ---------------------------------------------------------------------------------------
+# stateful ops: variables on the device
+def _var_case(inputs, attrs, label, modes):
+    return Case(inputs, attrs, label, modes=modes)
+
+
+def variable(dtype, rng):
+    def build(op_type, inputs, attrs):
+        import tensorweave as tw
+        v = tw.Variable(attrs["_value"])
+        return v.value()
+    return [Case([], {"_value": values((2, 3), dtype, rng)}, "2x3", build=build)]
+
+
+def assign_like(domain="any"):
+    def gen(dtype, rng):
+        return [Case([values((2, 3), dtype, rng), values((2, 3), dtype, rng, domain)], {}, "2x3", modes=("var", "feed"))]
+    return gen
+
+
+def is_variable_initialized(dtype, rng):
+    return [Case([values((3,), dtype, rng)], {"dtype": dtype}, "initialized", modes=("var",))]
+
+
+def apply_update(op_type):
+    def gen(dtype, rng):
+        from tensorweave.ops.training_ops import _INPUT_ORDER, UPDATES
+        refs = UPDATES[op_type][0]
+        scalars = {"alpha": 0.1, "lr": 0.1, "momentum": 0.9, "beta1_power": 0.9, "beta2_power": 0.99, "beta1": 0.9,
+                   "beta2": 0.999, "epsilon": 1e-3, "rho": 0.9}
+        cases = []
+        for extra in ({}, {"use_nesterov": True}) if "use_nesterov" in str(UPDATES[op_type][2]) else ({},):
+            ins, modes = [], []
+            for name in _INPUT_ORDER[op_type]:
+                if name in refs:
+                    pos = name in ("accum", "ms", "v") and op_type != "ApplyMomentum"
+                    ins.append(values((2, 3), dtype, rng, "pos" if pos else "any"))
+                    modes.append("var")
+                elif name in scalars:
+                    ins.append(np.asarray(scalars[name], dtype))
+                    modes.append("feed")
+                else:
+                    ins.append(values((2, 3), dtype, rng))
+                    modes.append("feed")
+            cases.append(Case(ins, dict(extra), "nesterov" if extra else "2x3", modes=tuple(modes)))
+        return cases
+    return gen
+
+
+# random ops: invariants, not values
+def _random(op_type):
+    def check(dev, cpu, case):
+        for d, c in zip(dev, cpu):
+            d = np.asarray(d)
+            if d.shape != np.shape(c) or d.dtype != np.asarray(c).dtype:
+                raise ConformanceFailure(f"shape/dtype {d.shape} {d.dtype}, CPU gives {np.shape(c)} {np.asarray(c).dtype}")
+            if op_type == "RandomUniform" and not ((d >= 0) & (d < 1)).all():
+                raise ConformanceFailure(f"values outside [0, 1): {d.min()} .. {d.max()}")
+            if op_type == "TruncatedNormal" and not (np.abs(d.astype(np.float64)) <= 2.0 + 1e-3).all():
+                raise ConformanceFailure(f"values beyond two standard deviations: {np.abs(d).max()}")
+            if op_type == "RandomStandardNormal" and not np.isfinite(d).all():
+                raise ConformanceFailure("non-finite values")
+            if op_type == "RandomUniformInt":
+                lo, hi = int(case.inputs[1]), int(case.inputs[2])
+                if not ((d >= lo) & (d < hi)).all():
+                    raise ConformanceFailure(f"values outside [{lo}, {hi}): {d.min()} .. {d.max()}")
+            if op_type == "RandomShuffle":
+                key = np.sort(d.reshape(d.shape[0], -1), axis=0)
+                if not np.array_equal(key, np.sort(np.asarray(case.inputs[0]).reshape(d.shape[0], -1), axis=0)):
+                    raise ConformanceFailure("the output is not a permutation of the input's rows")
+
+    def gen(dtype, rng):
+        attrs = {"seed": 7, "seed2": 11}
+        if op_type == "RandomShuffle":
+            return [Case([values((6, 2), dtype, rng)], attrs, "6x2", check=check)]
+        if op_type == "RandomUniformInt":
+            return [Case([_i32(50, 4), np.asarray(-3, dtype), np.asarray(9, dtype)], attrs, "50x4", check=check,
+                         modes=("const", "const", "const"))]
+        return [Case([_i32(50, 4)], dict(attrs, dtype=dtype), "50x4", check=check, modes=("const",))]
+    return gen
+
+
+# ---------------------------------------------------------------------------------------
+# the table
+@dataclasses.dataclass
+class OpSpec:
+    gen: Callable
+    dtypes: tuple | None = None      # None: DTYPES filtered by the op's main type attr
+    type_attr: str | None = None     # the attr the dtype goes into (default: inferred)
+    auto: bool = False               # covered by the signature-based fallback
+
+
+def _unary_table():
+    t = {}
+    for name in ("Abs", "Neg", "Exp", "Expm1", "Square", "Sign", "Floor", "Ceil", "Round", "Sin", "Cos", "Tanh",
+                 "Sigmoid", "Relu", "Elu", "Softplus", "Identity", "StopGradient", "OnesLike", "ZerosLike", "Conj",
+                 "ComplexAbs"):
+        t[name] = OpSpec(unary())
+    for name in ("Log", "Log1p", "Sqrt", "Rsqrt"):
+        t[name] = OpSpec(unary("pos"))
+    t["Reciprocal"] = OpSpec(unary("nonzero"))
+    t["LogicalNot"] = OpSpec(unary(), dtypes=("bool",))
+    t["Relu6"] = OpSpec(relu6)
+    t["CheckNumerics"] = OpSpec(check_numerics)
+    t["L2Loss"] = OpSpec(l2_loss)
+    t["Softmax"] = t["LogSoftmax"] = OpSpec(softmax)
+    return t
+
+
+def _binary_table():
+    t = {}
+    for name in ("Add", "Sub", "Mul", "SquaredDifference"):
+        t[name] = OpSpec(binary())
+    for name in ("Maximum", "Minimum"):
+        t[name] = OpSpec(binary())
+    for name in ("Div", "RealDiv", "FloorDiv", "FloorMod"):
+        t[name] = OpSpec(binary("any", "nonzero"))
+    t["Pow"] = OpSpec(binary("pos", "nonneg"))
+    for name in ("Greater", "GreaterEqual", "Less", "LessEqual", "Equal", "NotEqual"):
+        t[name] = OpSpec(binary(ties=True))
+    t["LogicalAnd"] = t["LogicalOr"] = OpSpec(binary(), dtypes=("bool",))
+    for name in ("ReluGrad", "Relu6Grad", "EluGrad", "SoftplusGrad"):
+        t[name] = OpSpec(same_shape_binary())
+    return t
+
+
+def _table() -> dict[str, OpSpec]:
+    t = {**_unary_table(), **_binary_table()}
+    for name in ("Sum", "Mean", "Max", "Min"):
+        t[name] = OpSpec(reduction())
+    t["Prod"] = OpSpec(reduction("small"))
+    t["All"] = t["Any"] = OpSpec(reduction(), dtypes=("bool",), type_attr="")
+    t["ArgMax"] = t["ArgMin"] = OpSpec(arg_reduction)
+    t["Cumsum"] = t["Cumprod"] = OpSpec(cumulative)
+    t["MatMul"] = OpSpec(matmul)
+    t["BatchMatMul"] = OpSpec(batch_matmul)
+    t["MatrixInverse"] = OpSpec(matrix_inverse)
+    t["MatrixDeterminant"] = OpSpec(matrix_determinant)
+    t["AddN"] = OpSpec(add_n)
+    t["BiasAdd"] = OpSpec(bias_add)
+    t["BiasAddGrad"] = OpSpec(bias_add_grad)
+    t["SoftmaxCrossEntropyWithLogits"] = OpSpec(softmax_xent)
+    t["SparseSoftmaxCrossEntropyWithLogits"] = OpSpec(sparse_softmax_xent)
+    t["Conv2D"] = OpSpec(conv2d)
+    t["Conv2DBackpropInput"] = OpSpec(conv2d_backprop_input)
+    t["Conv2DBackpropFilter"] = OpSpec(conv2d_backprop_filter)
+    t["MaxPool"] = t["AvgPool"] = OpSpec(pool)
+    t["MaxPoolGrad"] = OpSpec(max_pool_grad)
+    t["AvgPoolGrad"] = OpSpec(avg_pool_grad)
+    t["InTopK"] = OpSpec(in_top_k)
+    t["Reshape"] = OpSpec(reshape)
+    t["ExpandDims"] = OpSpec(expand_dims)
+    t["Squeeze"] = OpSpec(squeeze)
+    t["Transpose"] = OpSpec(transpose)
+    t["ConcatV2"] = OpSpec(concat)
+    t["Pack"] = OpSpec(pack)
+    t["Unpack"] = OpSpec(unpack)
+    t["Split"] = OpSpec(split)
+    t["SplitV"] = OpSpec(split_v)
+    t["Slice"] = OpSpec(slice_)
+    t["StridedSlice"] = OpSpec(strided_slice)
+    t["StridedSliceGrad"] = OpSpec(strided_slice_grad)
+    t["Tile"] = OpSpec(tile)
+    t["Gather"] = OpSpec(gather)
+    t["GatherV2"] = OpSpec(gather_v2)
+    t["OneHot"] = OpSpec(one_hot)
+    t["Fill"] = OpSpec(fill)
+    t["Range"] = OpSpec(range_, dtypes=("int32", "int64", "float32", "float64"), type_attr="Tidx")
+    t["BroadcastTo"] = OpSpec(broadcast_to)
+    t["Shape"] = t["Size"] = OpSpec(shape_of)
+    t["Rank"] = OpSpec(rank)
+    t["PlaceholderWithDefault"] = OpSpec(placeholder_with_default)
+    t["BroadcastGradientArgs"] = OpSpec(broadcast_gradient_args)
+    t["ReducedShape"] = OpSpec(reduced_shape, dtypes=("int32", "int64"), type_attr="Tidx")
+    t["ListDiff"] = OpSpec(list_diff, dtypes=("int32", "float32"))
+    t["InvertPermutation"] = OpSpec(invert_permutation)
+    t["UnsortedSegmentSum"] = OpSpec(unsorted_segment_sum)
+    t["Const"] = OpSpec(const, dtypes=("float32", "float64", "int32", "bool"), type_attr="dtype")
+    t["Cast"] = OpSpec(_cast_gen, dtypes=tuple(f"{a}->{b}" for a, b in _CASTS), type_attr="SrcT")
+    t["Variable"] = OpSpec(variable, dtypes=("float32", "float64", "int32"), type_attr="dtype")
+    t["Assign"] = OpSpec(assign_like())
+    t["AssignAdd"] = t["AssignSub"] = OpSpec(assign_like())
+    t["IsVariableInitialized"] = OpSpec(is_variable_initialized, dtypes=("float32", "int32"), type_attr="dtype")
+    for name in ("ApplyGradientDescent", "ApplyMomentum", "ApplyAdagrad", "ApplyAdam", "ApplyRMSProp"):
+        t[name] = OpSpec(apply_update(name))
+    for name in ("RandomUniform", "RandomStandardNormal", "TruncatedNormal"):
+        t[name] = OpSpec(_random(name), type_attr="dtype")
+    t["RandomUniformInt"] = OpSpec(_random("RandomUniformInt"), type_attr="Tout")
+    t["RandomShuffle"] = OpSpec(_random("RandomShuffle"))
+    return t
+
+
+def _cast_gen(pair, rng):
+    src, dst = pair.split("->")
+    x = values((3, 4), src, rng, "any")
+    if np.dtype(src).kind == "f" and np.dtype(dst).kind in "iu":
+        x = (x * 3).astype(src)  # truncation toward zero on both signs
+    return [Case([x], {"DstT": dst}, "3x4")]
+
+
+_EXTRA: dict[str, OpSpec] = {}
+TABLE: dict[str, OpSpec] = _table()
+
+
+def register_cases(op_type: str, gen: Callable, dtypes=None, type_attr=None) -> None:
+    """Add example inputs for an op (e.g. one a third-party plugin defines):
+    ``gen(dtype_name, rng) -> [Case, ...]``; ``dtypes`` defaults to those of DTYPES the op allows."""
+    _EXTRA[op_type] = OpSpec(gen, tuple(dtypes) if dtypes else None, type_attr)
+
+
+def spec_for(op_def) -> OpSpec | None:
+    spec = _EXTRA.get(op_def.name) or TABLE.get(op_def.name)
+    if spec is not None:
+        return spec
+    return _auto_spec(op_def)
+
+
+def _auto_spec(op_def) -> OpSpec | None:
+    """Element-wise ops by signature: 1 or 2 inputs and one output, all of one type attr T,
+    no attrs without defaults besides T."""
+    ins, outs = op_def.inputs, op_def.outputs
+    if op_def.stateful or not 1 <= len(ins) <= 2 or len(outs) != 1:
+        return None
+    ta = outs[0].type_attr
+    if ta is None or any(a.type_attr != ta or a.is_list or a.is_ref for a in [*ins, *outs]):
+        return None
+    if any(not a.has_default for n, a in op_def.attrs.items() if n != ta):
+        return None
+    gen = unary() if len(ins) == 1 else same_shape_binary()
+    return OpSpec(gen, auto=True)
+
+
+# ---------------------------------------------------------------------------------------
+# building and running
+def _main_type_attr(op_def, spec: OpSpec) -> str | None:
+    if spec.type_attr is not None:
+        return spec.type_attr or None
+    for arg in op_def.inputs:
+        if arg.type_attr and arg.type_attr not in AUX_TYPE_ATTRS and not arg.is_ref:
+            return arg.type_attr
+    for arg in op_def.inputs + op_def.outputs:
+        if arg.type_attr:
+            return arg.type_attr
+    for name, a in op_def.attrs.items():
+        if a.type == "type" and name not in AUX_TYPE_ATTRS:
+            return name
+    return None
+
+
+def dtypes_for(op_def, spec: OpSpec) -> list[str]:
+    if spec.dtypes is not None:
+        allowed_attr = op_def.attrs.get(spec.type_attr) if spec.type_attr else None
+        if allowed_attr is not None and allowed_attr.allowed is not None and "->" not in spec.dtypes[0]:
+            return [d for d in spec.dtypes if any(x.name == d for x in allowed_attr.allowed)]
+        return list(spec.dtypes)
+    ta = _main_type_attr(op_def, spec)
+    if ta is None:
+        fixed = [a.fixed_dtype.name for a in op_def.inputs if a.fixed_dtype is not None]
+        return fixed[:1] or ["float32"]
+    attr = op_def.attrs[ta]
+    allowed = attr.allowed
+    return [d for d in DTYPES if allowed is None or any(x.name == d for x in allowed)]
+
+
+def _is_float(dt) -> bool:
+    return np.dtype(dt).kind == "f"
+
+
+def _arg_is_aux(arg) -> bool:
+    if arg.type_attr in AUX_TYPE_ATTRS:
+        return True
+    return arg.fixed_dtype is not None and arg.fixed_dtype.name in ("int32", "int64")
+
+
+@dataclasses.dataclass
+class _Built:
+    graph: Any
+    feeds: dict
+    fetches: list          # per case: list of output tensors
+    test_ops: list         # per case: the ops under test
+    var_reads: list        # per case: reads of the case's variables, fetched after the op ran
+    targets: list          # per case: ops to run (ops without outputs)
+    initializer: Any
+    grads: list | None = None
+
+
+def _flatten(out) -> list:
+    import tensorweave as tw
+
+    if out is None or isinstance(out, tw.Operation):
+        return []
+    if isinstance(out, tw.Tensor):
+        return [out]
+    if isinstance(out, list | tuple):
+        return [t for o in out for t in _flatten(o)]
+    if hasattr(out, "value") and callable(out.value):
+        return [out.value()]
+    return [out]
+
+
+def _build(op_type, cases, device, dtype, grads=False) -> _Built:
+    import tensorweave as tw
+    from tensorweave import plugins
+    from tensorweave.framework.graph import apply_op
+
+    op_def = plugins.registry().ops.get(op_type)
+    g = tw.Graph()
+    b = _Built(g, {}, [], [], [], [], None, [] if grads else None)
+    with g.as_default(), tw.device(device):
+        for ci, case in enumerate(cases):
+            ins, fed = [], []
+            modes = case.modes or tuple(
+                "var" if arg.is_ref else ("const" if _arg_is_aux(arg) else "feed") for arg in op_def.inputs)
+            var_objs = []
+            for i, (arg, val, mode) in enumerate(zip(op_def.inputs, case.inputs, modes)):
+                vals = val if arg.is_list else [val]
+                made = []
+                for j, v in enumerate(vals):
+                    v = np.asarray(v)
+                    name = f"c{ci}_{arg.name}{j if arg.is_list else ''}"
+                    if mode == "feed":
+                        ph = tw.placeholder(tw.as_dtype(v.dtype), v.shape, name=name)
+                        b.feeds[ph] = v
+                        fed.append((i, ph))
+                        made.append(ph)
+                    elif mode == "var":
+                        var = tw.Variable(v, name=name)
+                        var_objs.append(var)
+                        made.append(var)
+                    else:
+                        made.append(tw.constant(v, dtype=tw.as_dtype(v.dtype), name=name))
+                ins.append(made if arg.is_list else made[0])
+            attrs = {k: v for k, v in case.attrs.items() if not k.startswith("_")}
+            before = len(g.get_operations())
+            if case.build is not None:
+                out = case.build(op_type, ins, case.attrs)
+            else:
+                out = apply_op(op_type, ins, attrs, name=f"c{ci}_{op_type}")
+            created = g.get_operations()[before:]
+            b.test_ops.append([op for op in created if op.type == op_type])
+            outs = _flatten(out)
+            if isinstance(out, tw.Operation):
+                b.targets.append(out)
+            b.fetches.append(outs)
+            # read in a second run: reading in the op's own run would race with its update
+            b.var_reads.append([tw.identity(v._ref(), name=f"c{ci}_after_{k}") for k, v in enumerate(var_objs)])
+            if grads:
+                b.grads.append(_gradients(case, outs, fed, dtype))
+        if g.get_collection(tw.GraphKeys.GLOBAL_VARIABLES):
+            b.initializer = tw.global_variables_initializer()
+    return b
+
+
+def _gradients(case, outs, fed, dtype):
+    import tensorweave as tw
+
+    which = case.grad_outputs if case.grad_outputs is not None else range(len(outs))
+    ys = [outs[k] for k in which if k < len(outs) and outs[k].dtype.is_floating]
+    xs = [(i, ph) for i, ph in fed if ph.dtype.is_floating and (case.grad_args is None or i in case.grad_args)]
+    if not ys or not xs:
+        return []
+    rng = _rng_for("weights", case.label)
+    terms = []
+    for y in ys:
+        w = tw.constant(values(y.shape.as_list(), y.dtype.np_dtype, rng, "any"))
+        terms.append(tw.reduce_sum(y * w))
+    loss = terms[0] if len(terms) == 1 else tw.add_n(terms)
+    gs = tw.gradients(loss, [ph for _, ph in xs])
+    return [(f"d/d input {i}", g) for (i, _), g in zip(xs, gs) if g is not None]
+
+
+def _run(b: _Built, soft: bool):
+    import tensorweave as tw
+
+    config = tw.ConfigProto(allow_soft_placement=soft)
+    md = tw.RunMetadata()
+    with tw.Session(graph=b.graph, config=config) as sess:
+        if b.initializer is not None:
+            sess.run(b.initializer)
+        if b.grads is not None:
+            out = sess.run([[g for _, g in gs] for gs in b.grads], b.feeds, run_metadata=md)
+            return out, md.placement
+        fetch = [f for f in b.fetches]
+        out = sess.run([fetch, b.targets], b.feeds, run_metadata=md)[0]
+        placement = dict(md.placement)
+        if any(b.var_reads):
+            after = sess.run(b.var_reads, b.feeds)
+            out = [list(o) + list(a) for o, a in zip(out, after)]
+        return out, placement
+
+
+def _describe_mismatch(dev, ref, rtol, atol) -> str:
+    d = np.asarray(dev)
+    r = np.asarray(ref)
+    if d.dtype.kind in "fc":
+        err = np.abs(d.astype(np.complex128 if d.dtype.kind == "c" else np.float64) - r)
+        bad = ~np.isclose(d, r, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        err = (d != r).astype(np.float64)
+        bad = d != r
+    idx = np.argwhere(bad)[:3]
+    if d.ndim:
+        where = ", ".join(f"at {tuple(int(x) for x in i)}: {d[tuple(i)].item()!r} vs {r[tuple(i)].item()!r}" for i in idx)
+    else:
+        where = f"{d.item()!r} vs {r.item()!r}"
+    return (f"{int(bad.sum())} of {bad.size} elements differ (max abs diff {float(np.nanmax(err)) if err.size else 0:.3g}, "
+            f"rtol={rtol}, atol={atol}); {where}")
+
+
+def compare(dev, ref, declared_dtype, tol=None) -> str | None:
+    """None when ``dev`` matches ``ref``; otherwise what differs."""
+    d, r = np.asarray(dev), np.asarray(ref)
+    if declared_dtype is not None and d.dtype != np.dtype(declared_dtype) and d.dtype != object:
+        return f"dtype {d.dtype}, but the op declares {np.dtype(declared_dtype)} (CPU gives {r.dtype})"
+    if d.dtype != r.dtype:
+        return f"dtype {d.dtype}, CPU gives {r.dtype}"
+    if d.shape != r.shape:
+        return f"shape {d.shape}, CPU gives {r.shape}"
+    rtol, atol = tol or TOLERANCES.get(d.dtype.name, (0.0, 0.0))
+    if d.dtype.kind in "fc":
+        ok = np.allclose(d, r, rtol=rtol, atol=atol, equal_nan=True)
+    else:
+        ok = np.array_equal(d, r)
+    return None if ok else _describe_mismatch(d, r, rtol, atol)
+
+
+@dataclasses.dataclass
+class Check:
+    """One test: an op, one dtype, its cases; ``kind`` is "values" or "gradients"."""
+
+    op: str
+    dtype: str
+    kind: str
+    cases: list
+    device_type: str
+    auto: bool = False
+
+    @property
+    def name(self) -> str:
+        return f"{self.op}[{'grad-' if self.kind == 'gradients' else ''}{self.dtype}]"
+
+    def run(self) -> None:
+        """Raise ConformanceFailure when the device disagrees with the CPU, Unsupported when
+        the check cannot run on this device; return None when it passes."""
+        from tensorweave import errors, plugins
+
+        device = f"/device:{self.device_type}:0"
+        grads = self.kind == "gradients"
+        dtype = self.dtype.split("->")[0]
+        try:
+            dev_b = _build(self.op, self.cases, device, dtype, grads)
+            ref_b = _build(self.op, self.cases, "/device:CPU:0", dtype, grads)
+        except errors.OpError as e:
+            raise ConformanceFailure(f"building the example graph failed (a bug in the conformance table?): {e}") from e
+        kernels = plugins.registry().kernels
+        for ops in dev_b.test_ops:
+            for op in ops:
+                types = {k: v.name for k, v in op._attrs.items() if hasattr(v, "is_floating")}
+                if kernels.lookup(op.type, self.device_type, op._attrs) is None:
+                    raise Unsupported(f"no {self.device_type} kernel for {op.type} with {types}")
+                if kernels.lookup(op.type, "CPU", op._attrs) is None:
+                    raise Unsupported(f"no CPU reference kernel for {op.type} with {types}")
+        if grads and not any(dev_b.grads):
+            raise Unsupported(f"no gradient reaches the inputs of {self.op}")
+        try:
+            ref, _ = _run(ref_b, soft=False)
+        except errors.OpError as e:
+            raise ConformanceFailure(f"the CPU reference failed (a bug in the conformance table?): {e}") from e
+        try:
+            got, placement = _run(dev_b, soft=True)
+        except errors.OpError as e:
+            raise ConformanceFailure(f"{self.op} on {self.device_type} raised {type(e).__name__}: {e}") from e
+        problems = []
+        for case, ops in zip(self.cases, dev_b.test_ops):
+            for op in ops:
+                where = placement.get(op.name)
+                if where is not None and f"/device:{self.device_type}:" not in where:
+                    problems.append(f"[{case.label}] {op.name} was placed on {where}, not on {self.device_type}")
+        if grads:
+            rtol, atol = GRADIENT_TOLERANCE
+            for case, gs, d_vals, r_vals in zip(self.cases, dev_b.grads, got, ref):
+                for (what, _), dv, rv in zip(gs, d_vals, r_vals):
+                    msg = compare(dv, rv, None, (rtol, atol))
+                    if msg:
+                        problems.append(f"[{case.label}] gradient {what}: {msg}")
+        else:
+            for case, outs, d_vals, r_vals in zip(self.cases, dev_b.fetches, got, ref):
+                if case.check is not None:
+                    try:
+                        case.check(d_vals, r_vals, case)
+                    except ConformanceFailure as e:
+                        problems.append(f"[{case.label}] {e}")
+                    continue
+                names = [f"output {k}" for k in range(len(outs))] + [
+                    f"variable {k} after the op" for k in range(len(d_vals) - len(outs))]
+                declared = [t.dtype.np_dtype if not t.dtype.is_string else None for t in outs] + [None] * (
+                    len(d_vals) - len(outs))
+                for name, dv, rv, dd in zip(names, d_vals, r_vals, declared):
+                    msg = compare(dv, rv, dd, case.tol)
+                    if msg:
+                        problems.append(f"[{case.label}] {name}: {msg}")
+        if problems:
+            head = f"{self.op} ({self.dtype}, {self.kind}) on {self.device_type} differs from the CPU reference:"
+            raise ConformanceFailure("\n  ".join([head, *problems]))
+
+
+@dataclasses.dataclass
+class Plan:
+    device_type: str
+    checks: list
+    not_covered: list          # ops with a device kernel but no example inputs
+    structural: list           # ops with nothing to compare (Placeholder, NoOp)
+    missing: list              # ops with a CPU kernel but none for the device
+    auto_covered: list         # ops covered by the signature-based fallback
+    errors: dict               # op -> why its cases could not be generated
+
+
+def missing_ops(device_type: str) -> list[str]:
+    """Ops that have a CPU kernel but no kernel for ``device_type``."""
+    from tensorweave import plugins
+
+    kernels = plugins.registry().kernels
+    have = set(kernels.ops_for_device(device_type.upper()))
+    return sorted(op for op in kernels.ops_for_device("CPU") if op not in have)
+
+
+def plan(device_type: str, ops=None, gradients: bool = True) -> Plan:
+    """The checks for every op with a ``device_type`` kernel (or only ``ops``)."""
+    from tensorweave import plugins
+
+    device_type = device_type.upper()
+    reg = plugins.registry()
+    have = reg.kernels.ops_for_device(device_type)
+    cpu = set(reg.kernels.ops_for_device("CPU"))
+    checks, not_covered, structural, auto, errs = [], [], [], [], {}
+    for op_type in have:
+        if ops is not None and op_type not in ops:
+            continue
+        if op_type not in cpu or op_type not in reg.ops:
+            continue  # nothing to compare against
+        if op_type in STRUCTURAL:
+            structural.append(op_type)
+            continue
+        op_def = reg.ops.get(op_type)
+        spec = spec_for(op_def)
+        if spec is None:
+            not_covered.append(op_type)
+            continue
+        if spec.auto:
+            auto.append(op_type)
+        differentiable = op_def.gradient is not None and getattr(op_def.gradient, "__name__", "") != "NO_GRADIENT"
+        for dt in dtypes_for(op_def, spec):
+            rng = _rng_for(op_type, dt)
+            try:
+                cases = spec.gen(dt, rng)
+            except Exception as e:  # noqa: BLE001 - a broken generator is reported, not fatal
+                errs[op_type] = f"{type(e).__name__}: {e}"
+                continue
+            _fill_type_attr(op_def, spec, dt, cases)
+            checks.append(Check(op_type, dt, "values", cases, device_type, spec.auto))
+            src, _, dst = dt.partition("->")  # Cast checks are named by "src->dst"
+            if (gradients and differentiable and src == GRADIENT_DTYPE and not op_def.stateful
+                    and (not dst or dst.startswith("float"))):
+                checks.append(Check(op_type, dt, "gradients", cases, device_type, spec.auto))
+    return Plan(device_type, checks, not_covered, structural, missing_ops(device_type), auto, errs)
+
+
+def _fill_type_attr(op_def, spec, dt, cases):
+    """Attrs that inputs do not determine (a type attr of an op without such inputs)."""
+    ta = _main_type_attr(op_def, spec)
+    if not ta or "->" in dt:
+        return
+    inferred = {a.type_attr for a in op_def.inputs if a.type_attr}
+    if ta in inferred or ta not in op_def.attrs:
+        return
+    for c in cases:
+        if c.build is None:
+            c.attrs.setdefault(ta, dt)
