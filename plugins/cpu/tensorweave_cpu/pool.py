@@ -101,6 +101,7 @@ class PoolAllocator(CPUAllocator):
                 self.num_reused += 1
             else:
                 buf = None
+                self.num_fresh += 1
                 if self.memory_limit is not None and self.bytes_reserved + self.pool_bytes + size > self.memory_limit:
                     self._trim_locked(max(0, self.memory_limit - self.bytes_reserved - size))
             self.bytes_reserved += size
@@ -110,12 +111,12 @@ class PoolAllocator(CPUAllocator):
             except MemoryError:
                 with self._lock:
                     self.bytes_reserved -= size
+                    self.num_fresh -= 1
                     self._note_free(n)
                     self._trim_locked(0)
                 raise errors.ResourceExhaustedError(
                     f"out of memory on {self.device_name}: asked for {n} bytes with {self.bytes_in_use} "
                     "bytes in use (the system refused a new buffer)") from None
-            self.num_fresh += 1
         raw, ptr = buf
         block = _Block()
         block.raw = raw
