@@ -138,6 +138,7 @@ def summary(state) -> dict:
     return {
         "device_type": state.device_type,
         "ops_checked": len(checked),
+        "checked": checked,
         "ops_failed": failed,
         "checks_run": n_checks,
         "failed_checks": sorted(c for o in state.outcomes.values() for c in o.get("failed", [])),
