@@ -1,71 +1,57 @@
-"""Entry point of the CUDA plugin. A skeleton: it registers nothing and says why.
+"""Entry point of the CUDA plugin: implements the tensorweave hooks.
 
-The status probe runs whenever a process loads its plugins, so it stays cheap: it dlopens
-the driver library and asks its version (``cuDriverGetVersion`` needs no ``cuInit`` and
-creates no context), and looks for pycuda without importing it. It does not use
-``ctypes.util.find_library``, which spawns ``ldconfig`` on Linux.
+Where the probe (``probe.py``) finds no usable GPU it registers nothing, and its status line
+says exactly why; nothing that imports PyCUDA is imported then. Otherwise it provides the
+``GPU`` device type (one device per CUDA device), its kernels and two allocators,
+``default`` and ``pool``.
 """
 
 from __future__ import annotations
 
-import ctypes
-import dataclasses
-import importlib.util
-import sys
+import functools
 
 from tensorweave.plugins import hookimpl
+from tensorweave_cuda.probe import CudaProbe, probe, status  # noqa: F401 - re-exported
+
+DEVICE_TYPE = "GPU"
 
 
-def _driver_names() -> list[str]:
-    if sys.platform == "win32":
-        return ["nvcuda.dll"]
-    if sys.platform == "darwin":
-        return ["libcuda.dylib"]
-    return ["libcuda.so.1", "libcuda.so"]
+@functools.lru_cache(maxsize=1)
+def machine() -> CudaProbe:
+    """This process's probe (the machine does not change while it runs)."""
+    return probe()
 
 
-@dataclasses.dataclass
-class CudaProbe:
-    driver_library: str | None      # the driver library that loaded, or None
-    driver_version: str | None      # e.g. "12.4", from cuDriverGetVersion
-    driver_error: str | None        # why no driver library loaded
-    pycuda: bool
+@hookimpl
+def tensorweave_device_factories():
+    p = machine()
+    if p.reason is not None:
+        return []
+    from tensorweave_cuda.device import CUDADeviceFactory
 
-    @property
-    def driver(self) -> bool:
-        return self.driver_library is not None
+    return [CUDADeviceFactory(p.device_count, device_type=DEVICE_TYPE)]
 
 
-def probe() -> CudaProbe:
-    lib = version = None
-    error = None
-    for name in _driver_names():
-        try:
-            handle = ctypes.CDLL(name)
-        except OSError as e:
-            error = error or str(e)
-            continue
-        lib = name
-        try:
-            v = ctypes.c_int(0)
-            if handle.cuDriverGetVersion(ctypes.byref(v)) == 0 and v.value:
-                version = f"{v.value // 1000}.{v.value % 1000 // 10}"
-        except (AttributeError, OSError):
-            pass
-        break
-    return CudaProbe(lib, version, None if lib else error, importlib.util.find_spec("pycuda") is not None)
+@hookimpl
+def tensorweave_register_kernels(registry):
+    p = machine()
+    if p.reason is not None:
+        return
+    from tensorweave_cuda import kernels
+
+    kernels.register_all(registry, DEVICE_TYPE, blas_available=p.cublas is not None)
 
 
-def status(p: CudaProbe | None = None) -> str:
-    p = p or probe()
-    if p.driver:
-        drv = f"CUDA driver {p.driver_library} found" + (f" (API {p.driver_version})" if p.driver_version else "")
-    else:
-        drv = f"no CUDA driver library ({p.driver_error or 'libcuda not found'})"
-    return ("skeleton: CUDA kernels and devices not implemented yet, registers nothing "
-            f"({drv}; pycuda {'installed' if p.pycuda else 'not installed'})")
+@hookimpl
+def tensorweave_register_allocators(registry):
+    if machine().reason is not None:
+        return
+    from tensorweave_cuda.allocator import CUDAAllocator, CUDAPoolAllocator
+
+    registry.register(DEVICE_TYPE, "default", CUDAAllocator.for_device)
+    registry.register(DEVICE_TYPE, "pool", CUDAPoolAllocator.for_device)
 
 
 @hookimpl
 def tensorweave_plugin_status():
-    return status()
+    return status(machine())

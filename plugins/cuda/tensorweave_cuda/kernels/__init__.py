@@ -1,11 +1,43 @@
-"""CUDA C sources of the plugin's kernels (``*.cu``), compiled at run time or to PTX in CI."""
+"""The CUDA kernels: CUDA C sources (``*.cu``, sharing ``common.cuh``), the catalog that
+names them (``catalog.py``) and the Python side of each op family, which plans a launch and
+calls a compiled function (``elementwise.py``, ``reduction.py``, ``nn.py``, ``array.py``,
+``state.py``, ``matmul.py``).
+
+Sources are compiled at run time by PyCUDA's ``SourceModule`` (one module per file and
+defines, see ``program.py``) and to PTX by the tests wherever ``nvcc`` exists. Importing this
+package imports no driver.
+"""
 
 from __future__ import annotations
 
+import importlib
+import re
+from functools import cache
 from pathlib import Path
 
 KERNEL_DIR = Path(__file__).resolve().parent
+FAMILIES = ("elementwise", "reduction", "nn", "array", "state", "matmul")
+_INCLUDE = re.compile(r'^#include "([\w.]+)"\s*$', re.M)
 
 
 def sources() -> list[Path]:
     return sorted(KERNEL_DIR.glob("*.cu"))
+
+
+@cache
+def source_text(name: str) -> str:
+    """The source of ``name`` with local ``#include "x.cuh"`` lines replaced by the file, so
+    what is compiled (and what a compile cache keys on) is one self-contained text."""
+    text = (KERNEL_DIR / name).read_text()
+
+    def paste(m):
+        return f"// ---- {m.group(1)} ----\n" + source_text(m.group(1)) + f"// ---- end {m.group(1)} ----\n"
+    return _INCLUDE.sub(paste, text)
+
+
+def register_all(registry, device_type: str = "GPU", blas_available: bool = True):
+    """Register every family's kernels for ``device_type`` (the emulator uses another type)."""
+    for family in FAMILIES:
+        if family == "matmul" and not blas_available:
+            continue
+        importlib.import_module(f"tensorweave_cuda.kernels.{family}").register(registry, device_type)

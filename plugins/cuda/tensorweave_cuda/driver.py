@@ -1,0 +1,184 @@
+"""The thin layer over PyCUDA: one ``Driver`` per physical GPU owns its (primary) context,
+one stream, and every PyCUDA call the plugin makes. The rest of the plugin talks only to this
+interface, which the CPU emulator (``tensorweave_cuda.testing.emulator``) implements too.
+
+Every call runs with the device's context current (``activate``): the executor calls kernels
+from several threads, and a CUDA context is current per thread. Activation is re-entrant
+and cheap when the context is already current on this thread.
+
+All work goes to the device's one stream, in the order it is issued. A kernel's inputs were
+produced by work issued before it (the executor runs a node after its inputs' producers
+returned), so stream order is the dependency order, and a buffer freed to the pool can be
+handed to later work on the same stream without waiting.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+
+_tls = threading.local()
+
+
+class OutOfMemory(Exception):  # noqa: N818 - the driver's word for it
+    """The device could not allocate: the allocator turns this into ResourceExhaustedError."""
+
+
+class DriverError(Exception):
+    """A CUDA call failed (message from the driver)."""
+
+
+class PyCudaDriver:
+    """One physical device through PyCUDA. Created once per device per process."""
+
+    kind = "cuda"
+
+    def __init__(self, ordinal: int):
+        import pycuda.driver as cuda
+
+        cuda.init()
+        self.cuda = cuda
+        self.ordinal = ordinal
+        self._dev = dev = cuda.Device(ordinal)
+        self.name = dev.name()
+        self.compute_capability = tuple(dev.compute_capability())
+        self.total_memory = int(dev.total_memory())
+        attr = cuda.device_attribute
+        self.multiprocessors = int(dev.get_attribute(attr.MULTIPROCESSOR_COUNT))
+        self.clock_khz = int(dev.get_attribute(attr.CLOCK_RATE))
+        try:
+            self.pci_bus_id = dev.pci_bus_id()
+        except Exception:  # noqa: BLE001 - informational only
+            self.pci_bus_id = "?"
+        # The primary context is the one the CUDA runtime (and so cuBLAS) uses.
+        if hasattr(dev, "retain_primary_context"):
+            self.context = dev.retain_primary_context()
+        else:  # PyCUDA before 2021.1
+            self.context = dev.make_context()
+            cuda.Context.pop()
+        with self.activate():
+            self.stream = cuda.Stream()
+        self._peers: set = set()
+
+    # -- context ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def activate(self):
+        cur = getattr(_tls, "ctx", None)
+        if cur is self.context:
+            yield
+            return
+        self.context.push()
+        _tls.ctx = self.context
+        try:
+            yield
+        finally:
+            self.cuda.Context.pop()
+            _tls.ctx = cur
+
+    # -- memory ----------------------------------------------------------------------------
+    def mem_get_info(self) -> tuple[int, int]:
+        with self.activate():
+            free, total = self.cuda.mem_get_info()
+        return int(free), int(total)
+
+    def mem_alloc(self, nbytes: int):
+        with self.activate():
+            try:
+                return self.cuda.mem_alloc(nbytes)
+            except self.cuda.MemoryError as e:
+                raise OutOfMemory(str(e)) from None
+
+    def mem_free(self, handle) -> None:
+        with self.activate():
+            handle.free()
+
+    @staticmethod
+    def pointer(handle) -> int:
+        return int(handle)
+
+    # -- copies (all on the stream) ----------------------------------------------------------
+    def htod(self, ptr: int, array) -> None:
+        with self.activate():
+            self.cuda.memcpy_htod_async(ptr, array, self.stream)
+
+    def dtoh(self, array, ptr: int) -> None:
+        with self.activate():
+            self.cuda.memcpy_dtoh_async(array, ptr, self.stream)
+
+    def dtod(self, dst: int, src: int, nbytes: int) -> None:
+        with self.activate():
+            self.cuda.memcpy_dtod_async(dst, src, nbytes, self.stream)
+
+    def can_access_peer(self, other: PyCudaDriver) -> bool:
+        if other is self or getattr(other, "kind", None) != self.kind:
+            return False
+        try:
+            return bool(self._dev.can_access_peer(other._dev))
+        except Exception:  # noqa: BLE001
+            return False
+
+    def peer_copy(self, dst_driver: PyCudaDriver, dst: int, src: int, nbytes: int) -> None:
+        """Copy from this device to ``dst_driver`` on this device's stream."""
+        with self.activate():
+            if dst_driver.ordinal not in self._peers:
+                try:
+                    self.cuda.Context.enable_peer_access(dst_driver.context)
+                except self.cuda.Error:
+                    pass  # already enabled, or copies go through the driver's staging
+                self._peers.add(dst_driver.ordinal)
+            self.cuda.memcpy_peer_async(dst, src, nbytes, dest_context=dst_driver.context,
+                                        src_context=self.context, stream=self.stream)
+
+    # -- ordering ----------------------------------------------------------------------------
+    def record(self):
+        """An event marking everything issued to the stream so far."""
+        with self.activate():
+            ev = self.cuda.Event(self.cuda.event_flags.DISABLE_TIMING)
+            ev.record(self.stream)
+        return ev
+
+    def wait(self, event) -> None:
+        """Later work on this stream waits for ``event`` (possibly another device's)."""
+        with self.activate():
+            self.stream.wait_for_event(event)
+
+    @staticmethod
+    def event_done(event) -> bool:
+        return bool(event.query())
+
+    def event_sync(self, event) -> None:
+        event.synchronize()
+
+    def synchronize(self) -> None:
+        with self.activate():
+            self.stream.synchronize()
+
+    @property
+    def stream_handle(self) -> int:
+        return int(self.stream.handle)
+
+    # -- code --------------------------------------------------------------------------------
+    def compile(self, source: str, options: list[str]):
+        from pycuda.compiler import SourceModule
+
+        with self.activate():
+            return SourceModule(source, options=list(options), no_extern_c=True)
+
+    def function(self, module, name: str, arg_format: str):
+        f = module.get_function(name)
+        f.prepare(arg_format)
+        return f
+
+    def launch(self, function, grid: tuple, block: tuple, args: tuple) -> None:
+        with self.activate():
+            function.prepared_async_call(grid, block, self.stream, *args)
+
+    def open_blas(self):
+        from tensorweave_cuda.blas import CuBlas
+
+        return CuBlas(self)
+
+    def describe(self) -> str:
+        cc = ".".join(map(str, self.compute_capability))
+        return (f"{self.name}, compute capability {cc}, {self.total_memory / 2**30:.1f} GiB, "
+                f"{self.multiprocessors} SMs, PCI {self.pci_bus_id}")

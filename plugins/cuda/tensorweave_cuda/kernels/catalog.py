@@ -1,0 +1,322 @@
+"""Which CUDA function serves which op and dtype, and how it is called (no driver needed).
+
+Every kernel the plugin launches is named here as a ``KernelRef``: the ``.cu`` file, the
+preprocessor defines it is compiled with (one module per file and defines), the function name
+and its *signature*, the launch contract between Python and CUDA C. Signature codes::
+
+    P  a device pointer          q  int64 (long long)   i  int32    d  double
+    f  float                     B  uint8 (bool)         v  one value of the kernel's dtype
+    X  struct TwStrided (ndim, shape[MAX_DIMS], xs[MAX_DIMS]), by value
+    Y  struct TwBcast   (ndim, shape[MAX_DIMS], xs[MAX_DIMS], ys[MAX_DIMS]), by value
+
+Structs are all int64 fields, so they are passed flattened as int64 values: PyCUDA packs the
+argument buffer with native alignment, which lays them out exactly as the C struct. The tests
+compile every variant to PTX and check each signature against the PTX parameter list.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import numpy as np
+
+# Dimensions a broadcast/strided kernel handles after adjacent dimensions are merged.
+MAX_DIMS = 6
+STRUCT_FIELDS = {"X": 1 + 2 * MAX_DIMS, "Y": 1 + 3 * MAX_DIMS}
+
+
+@dataclasses.dataclass(frozen=True)
+class DType:
+    name: str       # tensorweave / NumPy name
+    suffix: str     # in kernel names: tw_add_flat_f32
+    ctype: str      # the C type (one token: common.cuh typedefs the multi-word ones)
+    code: str       # signature/struct code of one value
+    kind: str       # "float" | "int" | "bool"
+
+    @property
+    def np(self) -> np.dtype:
+        return np.dtype(self.name)
+
+
+DTYPES = {d.name: d for d in (
+    DType("float32", "f32", "float", "f", "float"),
+    DType("float64", "f64", "double", "d", "float"),
+    DType("int32", "i32", "int", "i", "int"),
+    DType("int64", "i64", "tw_i64", "q", "int"),
+    DType("bool", "b8", "tw_b8", "B", "bool"),
+)}
+FLOAT = ("float32", "float64")
+INT = ("int32", "int64")
+NUMERIC = FLOAT + INT
+ALL = NUMERIC + ("bool",)
+
+
+@dataclasses.dataclass(frozen=True)
+class KernelRef:
+    file: str                               # e.g. "elementwise.cu"
+    defines: tuple[tuple[str, str], ...]    # compile-time -D flags, sorted
+    name: str                               # the extern "C" function
+    sig: str                                # the launch contract (codes above)
+
+    @property
+    def module_key(self) -> tuple:
+        return (self.file, self.defines)
+
+    def options(self) -> list[str]:
+        return [f"-D{k}={v}" for k, v in self.defines]
+
+
+def dtype(name) -> DType:
+    """The kernel dtype for a tensorweave/NumPy dtype (or its name); KeyError if unsupported."""
+    key = getattr(name, "name", None) or np.dtype(name).name
+    return DTYPES[key]
+
+
+def supported(name) -> bool:
+    try:
+        dtype(name)
+    except (KeyError, TypeError):
+        return False
+    return True
+
+
+def expand_sig(sig: str, dt: DType | None = None) -> str:
+    """The PyCUDA argument format of a signature (structs flattened, ``v`` resolved)."""
+    out = []
+    for c in sig:
+        if c in STRUCT_FIELDS:
+            out.append("q" * STRUCT_FIELDS[c])
+        elif c == "v":
+            if dt is None:
+                raise ValueError(f"signature {sig!r} has a value argument but no dtype")
+            out.append(dt.code)
+        else:
+            out.append(c)
+    return "".join(out)
+
+
+# ---------------------------------------------------------------------------------------
+# elementwise.cu: one module per dtype
+UNARY = {  # op -> (kernel, dtypes)
+    "Neg": ("neg", NUMERIC), "Abs": ("abs", NUMERIC), "Square": ("square", NUMERIC),
+    "Sign": ("sign", NUMERIC), "Relu": ("relu", NUMERIC), "Relu6": ("relu6", NUMERIC),
+    "Sqrt": ("sqrt", FLOAT), "Rsqrt": ("rsqrt", FLOAT), "Exp": ("exp", FLOAT), "Log": ("log", FLOAT),
+    "Log1p": ("log1p", FLOAT), "Expm1": ("expm1", FLOAT), "Tanh": ("tanh", FLOAT),
+    "Sigmoid": ("sigmoid", FLOAT), "Elu": ("elu", FLOAT), "Softplus": ("softplus", FLOAT),
+    "Reciprocal": ("reciprocal", FLOAT), "Floor": ("floor", FLOAT), "Ceil": ("ceil", FLOAT),
+    "Round": ("round", FLOAT), "Sin": ("sin", FLOAT), "Cos": ("cos", FLOAT),
+    "LogicalNot": ("logical_not", ("bool",)),
+}
+BINARY = {  # op -> (kernel, dtypes); the output has the input dtype
+    "Add": ("add", NUMERIC), "Sub": ("sub", NUMERIC), "Mul": ("mul", NUMERIC),
+    "Maximum": ("maximum", NUMERIC), "Minimum": ("minimum", NUMERIC),
+    "SquaredDifference": ("squared_difference", NUMERIC),
+    "Div": ("div", NUMERIC), "RealDiv": ("div", NUMERIC),
+    "FloorDiv": ("floordiv", NUMERIC), "FloorMod": ("floormod", NUMERIC),
+    "ReluGrad": ("relu_grad", NUMERIC), "Relu6Grad": ("relu6_grad", NUMERIC),
+    "Pow": ("pow", FLOAT), "EluGrad": ("elu_grad", FLOAT), "SoftplusGrad": ("softplus_grad", FLOAT),
+    "LogicalAnd": ("logical_and", ("bool",)), "LogicalOr": ("logical_or", ("bool",)),
+}
+COMPARE = {  # op -> kernel; the output is bool
+    "Equal": "equal", "NotEqual": "not_equal", "Less": "less", "LessEqual": "less_equal",
+    "Greater": "greater", "GreaterEqual": "greater_equal",
+}
+COMPARE_DTYPES = ALL
+
+SIG_UNARY = "PPq"          # x, y, n
+SIG_BINARY = "PPPq"        # x, y, z, n (same shapes)
+SIG_BINARY_BCAST = "PPPqY"  # x, y, z, n, broadcast strides
+SIG_COPY_STRIDED = "PPqX"  # x, y, n, strides of x per output dimension
+SIG_FILL = "Pqv"           # y, n, value
+SIG_FILL_FROM = "PPq"      # y, device scalar, n
+SIG_BIAS_ADD = "PPPqqq"    # x, bias, y, n, channels, inner
+
+
+def elementwise_defines(dt: DType) -> tuple:
+    return tuple(sorted({"TW_T": dt.ctype, "TW_SUFFIX": dt.suffix,
+                         "TW_KIND": {"float": "1", "int": "2", "bool": "3"}[dt.kind]}.items()))
+
+
+def _ew(dt: DType, base: str, sig: str) -> KernelRef:
+    return KernelRef("elementwise.cu", elementwise_defines(dt), f"tw_{base}_{dt.suffix}", sig)
+
+
+def unary_kernel(op: str, dt: DType) -> KernelRef:
+    base, allowed = UNARY[op]
+    if dt.name not in allowed:
+        raise KeyError(f"{op} has no CUDA kernel for {dt.name}")
+    return _ew(dt, base + "_flat", SIG_UNARY)
+
+
+def binary_kernel(op: str, dt: DType, broadcast: bool) -> KernelRef:
+    if op in COMPARE:
+        base, allowed = COMPARE[op], COMPARE_DTYPES
+    else:
+        base, allowed = BINARY[op]
+    if dt.name not in allowed:
+        raise KeyError(f"{op} has no CUDA kernel for {dt.name}")
+    return _ew(dt, base + ("_bcast" if broadcast else "_flat"), SIG_BINARY_BCAST if broadcast else SIG_BINARY)
+
+
+def copy_strided_kernel(dt: DType) -> KernelRef:
+    return _ew(dt, "copy_strided", SIG_COPY_STRIDED)
+
+
+def fill_kernel(dt: DType) -> KernelRef:
+    return _ew(dt, "fill", SIG_FILL)
+
+
+def fill_from_kernel(dt: DType) -> KernelRef:
+    return _ew(dt, "fill_from", SIG_FILL_FROM)
+
+
+def bias_add_kernel(dt: DType) -> KernelRef:
+    if dt.name not in NUMERIC:
+        raise KeyError(f"BiasAdd has no CUDA kernel for {dt.name}")
+    return _ew(dt, "bias_add", SIG_BIAS_ADD)
+
+
+def elementwise_kernels(dt: DType) -> list[KernelRef]:
+    """Every function elementwise.cu defines for ``dt`` (what the PTX test expects)."""
+    out = [unary_kernel(op, dt) for op, (_, allowed) in UNARY.items() if dt.name in allowed]
+    seen = set()
+    for op, (base, allowed) in list(BINARY.items()) + [(op, (k, COMPARE_DTYPES)) for op, k in COMPARE.items()]:
+        if dt.name in allowed and base not in seen:
+            seen.add(base)
+            out += [binary_kernel(op, dt, False), binary_kernel(op, dt, True)]
+    out += [copy_strided_kernel(dt), fill_kernel(dt), fill_from_kernel(dt)]
+    if dt.name in NUMERIC:
+        out.append(bias_add_kernel(dt))
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# cast.cu: one module, every ordered pair of distinct dtypes
+SIG_CAST = "PPq"
+
+
+def cast_kernel(src: DType, dst: DType) -> KernelRef:
+    if src.name == dst.name:
+        raise KeyError("a cast to the same dtype needs no kernel")
+    return KernelRef("cast.cu", (), f"tw_cast_{src.suffix}_{dst.suffix}", SIG_CAST)
+
+
+def cast_kernels() -> list[KernelRef]:
+    return [cast_kernel(DTYPES[a], DTYPES[b]) for a in ALL for b in ALL if a != b]
+
+
+# ---------------------------------------------------------------------------------------
+# reduce.cu: one module per dtype
+REDUCE_OPS = {"Sum": "sum", "Mean": "sum", "Prod": "prod", "Max": "max", "Min": "min"}
+REDUCE_DTYPES = NUMERIC
+MEAN_DTYPES = FLOAT  # an integer Mean truncates (TF): left to the CPU
+# rows: x as [outer, r]; block b reduces part b % parts of row b / parts:
+#   x, out, outer, r, chunk, parts, scale
+SIG_REDUCE_ROWS = "PPqqqqd"
+# cols: x as [outer, r, inner]; one thread per (outer, inner) output: x, out, outer, r, inner, scale
+SIG_REDUCE_COLS = "PPqqqd"
+
+
+def reduce_defines(dt: DType) -> tuple:
+    return tuple(sorted({"TW_T": dt.ctype, "TW_SUFFIX": dt.suffix,
+                         "TW_KIND": {"float": "1", "int": "2"}[dt.kind]}.items()))
+
+
+def reduce_kernel(kind: str, dt: DType, layout: str) -> KernelRef:
+    """``kind`` is sum/prod/max/min, ``layout`` rows/cols."""
+    if dt.name not in REDUCE_DTYPES:
+        raise KeyError(f"no CUDA reduction for {dt.name}")
+    sig = SIG_REDUCE_ROWS if layout == "rows" else SIG_REDUCE_COLS
+    return KernelRef("reduce.cu", reduce_defines(dt), f"tw_reduce_{kind}_{layout}_{dt.suffix}", sig)
+
+
+def reduce_kernels(dt: DType) -> list[KernelRef]:
+    return [reduce_kernel(k, dt, lay) for k in ("sum", "prod", "max", "min") for lay in ("rows", "cols")]
+
+
+# ---------------------------------------------------------------------------------------
+# argmax.cu: one module; x as [outer, r, inner], one thread per output: x, out, outer, r, inner
+SIG_ARG = "PPqqq"
+ARG_DTYPES = NUMERIC
+
+
+def arg_kernel(op: str, dt: DType, out: DType) -> KernelRef:
+    kind = {"ArgMax": "argmax", "ArgMin": "argmin"}[op]
+    if dt.name not in ARG_DTYPES or out.name not in INT:
+        raise KeyError(f"{op} has no CUDA kernel for {dt.name} -> {out.name}")
+    return KernelRef("argmax.cu", (), f"tw_{kind}_{dt.suffix}_{out.suffix}", SIG_ARG)
+
+
+def arg_kernels() -> list[KernelRef]:
+    return [arg_kernel(op, DTYPES[t], DTYPES[o]) for op in ("ArgMax", "ArgMin") for t in ARG_DTYPES for o in INT]
+
+
+# ---------------------------------------------------------------------------------------
+# softmax.cu: one module; a block per row of the last axis
+SIG_SOFTMAX = "PPqq"          # x, y, rows, classes
+SIG_XENT = "PPPPqq"           # features, labels, loss, backprop, rows, classes
+
+
+def softmax_kernel(op: str, dt: DType) -> KernelRef:
+    base = {"Softmax": "softmax", "LogSoftmax": "log_softmax"}[op]
+    if dt.name not in FLOAT:
+        raise KeyError(f"{op} has no CUDA kernel for {dt.name}")
+    return KernelRef("softmax.cu", (), f"tw_{base}_rows_{dt.suffix}", SIG_SOFTMAX)
+
+
+def xent_kernel(dt: DType, labels: DType | None = None) -> KernelRef:
+    """Dense cross-entropy, or sparse with integer ``labels``."""
+    if dt.name not in FLOAT or (labels is not None and labels.name not in INT):
+        raise KeyError(f"no CUDA cross-entropy for {dt.name}")
+    name = f"tw_xent_rows_{dt.suffix}" if labels is None else f"tw_sparse_xent_rows_{dt.suffix}_{labels.suffix}"
+    return KernelRef("softmax.cu", (), name, SIG_XENT)
+
+
+def softmax_kernels() -> list[KernelRef]:
+    out = []
+    for t in FLOAT:
+        dt = DTYPES[t]
+        out += [softmax_kernel("Softmax", dt), softmax_kernel("LogSoftmax", dt), xent_kernel(dt)]
+        out += [xent_kernel(dt, DTYPES[i]) for i in INT]
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# training.cu: one module; fused optimizer updates writing new buffers
+TRAINING_SIGS = {
+    "ApplyGradientDescent": ("apply_gradient_descent", "PPPPq"),   # var, alpha, delta, var_out, n
+    # var, accum, lr, grad, momentum, var_out, accum_out, n, use_nesterov
+    "ApplyMomentum": ("apply_momentum", "PPPPPPPqi"),
+    # var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad, var_out, m_out, v_out, n, nesterov
+    "ApplyAdam": ("apply_adam", "PPPPPPPPPPPPPqi"),
+}
+
+
+def training_kernel(op: str, dt: DType) -> KernelRef:
+    base, sig = TRAINING_SIGS[op]
+    if dt.name not in FLOAT:
+        raise KeyError(f"{op} has no CUDA kernel for {dt.name}")
+    return KernelRef("training.cu", (), f"tw_{base}_{dt.suffix}", sig)
+
+
+def training_kernels() -> list[KernelRef]:
+    return [training_kernel(op, DTYPES[t]) for op in TRAINING_SIGS for t in FLOAT]
+
+
+# ---------------------------------------------------------------------------------------
+def all_kernels() -> list[KernelRef]:
+    """Every function of every module the plugin may load, grouped by nothing in particular."""
+    out = []
+    for name in ALL:
+        out += elementwise_kernels(DTYPES[name])
+    for name in REDUCE_DTYPES:
+        out += reduce_kernels(DTYPES[name])
+    return out + cast_kernels() + arg_kernels() + softmax_kernels() + training_kernels()
+
+
+def modules() -> dict[tuple, list[KernelRef]]:
+    """(file, defines) -> the functions that module must define."""
+    out: dict[tuple, list[KernelRef]] = {}
+    for k in all_kernels():
+        out.setdefault(k.module_key, []).append(k)
+    return out

@@ -1,0 +1,95 @@
+"""What every op family's kernels share: registering a factory for the GPU device type with
+the context made current around each call, launching a grid-stride kernel, and turning a
+value that arrived in host memory into a GPU tensor."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorweave.framework import errors
+from tensorweave_cuda import plan
+from tensorweave_cuda.kernels import catalog
+from tensorweave_cuda.tensor import GPUTensor
+
+E = errors.InvalidArgumentError
+
+
+def register(reg, op: str, device_type: str, factory, dtypes=None, attr: str = "T", constraints=None,
+             host_memory=(), activate: bool = True, **kw):
+    """Register ``factory`` for ``op``; its compute function runs with the device's context
+    current (one push/pop per node instead of one per driver call)."""
+    cons = dict(constraints or {})
+    if dtypes is not None:
+        cons[attr] = list(dtypes)
+    f = _activating(factory) if activate else factory
+    reg.register(op, device_type, factory=f, constraints=cons or None, host_memory=tuple(host_memory), **kw)
+
+
+def _activating(factory):
+    def wrapped_factory(ctx):
+        compute = factory(ctx)
+        activate = ctx.device.driver.activate
+
+        def compute_on_device(*args):
+            with activate():
+                return compute(*args)
+        compute_on_device.__name__ = getattr(compute, "__name__", "compute")
+        return compute_on_device
+    wrapped_factory.__name__ = getattr(factory, "__name__", "factory")
+    return wrapped_factory
+
+
+def launch(dev, ref: catalog.KernelRef, n: int, *args, dt: catalog.DType | None = None) -> None:
+    """A grid-stride kernel over ``n`` items (nothing for n == 0)."""
+    if n <= 0:
+        return
+    grid, block = plan.launch_dims(n)
+    dev.programs.kernel(ref, dt)(grid, block, *args)
+
+
+def launch_rows(dev, ref: catalog.KernelRef, rows: int, length: int, *args) -> None:
+    """A kernel with one block per row of ``length`` (nothing for rows == 0)."""
+    if rows <= 0:
+        return
+    grid, block = plan.row_launch(rows, length)
+    dev.programs.kernel(ref)(grid, block, *args)
+
+
+def gpu(dev, x) -> GPUTensor:
+    """``x`` as a tensor of ``dev``: a host value (a variable initialised on the CPU, a
+    host-memory result) is brought over."""
+    if type(x) is GPUTensor and x.device is dev:
+        return x
+    if isinstance(x, GPUTensor):
+        return dev.copy_from(x, x.device)
+    return dev.to_device(np.asarray(x))
+
+
+def host(dev, x) -> np.ndarray:
+    """``x`` as a host array (host-backed tensors need no copy)."""
+    if isinstance(x, GPUTensor):
+        h = x.host_value
+        return h if h is not None else x.device.to_host(x)
+    return np.asarray(x)
+
+
+def int_list(ctx, v, what: str) -> list[int]:
+    a = np.asarray(v)
+    if a.ndim != 1:
+        raise ctx.error(E, f"{what} must be a vector, got shape {a.shape}")
+    return [int(d) for d in a.tolist()]
+
+
+def norm_axis(ctx, axis, ndim: int, what: str = "axis") -> int:
+    a = int(axis)
+    if not -ndim <= a < ndim:
+        raise ctx.error(E, f"{what} {a} is out of range for an input of rank {ndim}")
+    return a % ndim
+
+
+def fill(dev, out: GPUTensor, value) -> GPUTensor:
+    """Set every element of a fresh ``out`` to a host scalar."""
+    dt = catalog.dtype(out.dtype)
+    if out.size:
+        launch(dev, catalog.fill_kernel(dt), out.size, out.ptr, out.size, dt.np.type(value).item(), dt=dt)
+    return out
