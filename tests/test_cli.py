@@ -33,7 +33,7 @@ def test_plugins_lists_core_and_cpu():
     assert f"tensorweave {tw.__version__}" in core and "loaded" in core and re.search(r"\d+ ops", core)
     cpu = next(ln for ln in lines if ln.startswith("cpu "))
     assert "tensorweave-cpu" in cpu and "loaded" in cpu
-    assert re.search(r"\d+ kernels, 1 device type, 1 allocator", cpu)
+    assert re.search(r"\d+ kernels, 1 device type, 2 allocators", cpu)
     assert re.search(r"^\d+ plugins: .*\d+ loaded", proc.stdout, re.M)
 
 
