@@ -196,14 +196,14 @@ def test_disabling_the_cpu_plugin(tmp_path):
         except errors.FailedPreconditionError as e:
             out["error"] = str(e)
         print(json.dumps(out))
-    """, TENSORWEAVE_DISABLE_PLUGINS="cpu")
+    """, TENSORWEAVE_DISABLE_PLUGINS="cpu,opencl,cuda")
     got = last_json(proc)
     assert got["shape"] == [None, 1]
     assert got["cpu"] == "disabled"
     assert "error" in got, "tw.Session() should fail without a device plugin"
     assert "tensorweave-cpu" in got["error"]
 
-    cli = run_cli("devices", TENSORWEAVE_DISABLE_PLUGINS="cpu")
+    cli = run_cli("devices", TENSORWEAVE_DISABLE_PLUGINS="cpu,opencl,cuda")
     assert cli.returncode == 1
     assert "tensorweave-cpu" in cli.stderr and "no devices are available" in cli.stderr
 
