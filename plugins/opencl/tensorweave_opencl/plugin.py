@@ -1,7 +1,10 @@
-"""Entry point of the OpenCL plugin. A skeleton: it registers nothing and says so, and why.
+"""Entry point of the OpenCL plugin: implements the tensorweave hooks.
 
-The status probe must stay cheap (it runs whenever a process loads its plugins): it looks
-for pyopencl without importing it and lists the ICD files, without creating a context.
+Whether to register anything is decided cheaply, without importing pyopencl or creating a
+context (this runs whenever a process loads its plugins): pyopencl must be installed and
+the ICD loader must have at least one vendor file. Devices are enumerated, and contexts
+built, only when a Session creates its devices. When either piece is missing the plugin
+registers nothing and its status line says which and how to fix it.
 """
 
 from __future__ import annotations
@@ -25,13 +28,50 @@ def icd_files() -> list[str]:
         return []
 
 
+def missing() -> str | None:
+    """Why the plugin cannot work here, or None when it can."""
+    if importlib.util.find_spec("pyopencl") is None:
+        return "pyopencl is not installed (pip install pyopencl)"
+    if not icd_files():
+        where = os.environ.get("OCL_ICD_VENDORS") or ICD_DIR
+        return (f"no OpenCL ICD in {where}: install an OpenCL driver, e.g. "
+                "`apt-get install pocl-opencl-icd` for PoCL on the CPU")
+    return None
+
+
 def status() -> str:
-    have_pyopencl = importlib.util.find_spec("pyopencl") is not None
-    icds = icd_files()
-    icd_text = (f"OpenCL ICDs: {', '.join(icds)}" if icds
-                else f"no OpenCL ICD in {os.environ.get('OCL_ICD_VENDORS') or ICD_DIR}")
-    return ("skeleton: OpenCL kernels and devices not implemented yet, registers nothing "
-            f"(pyopencl {'installed' if have_pyopencl else 'not installed'}; {icd_text})")
+    why = missing()
+    if why is not None:
+        return f"inactive, registers nothing: {why}"
+    return f"OPENCL devices through pyopencl; OpenCL ICDs: {', '.join(icd_files())}"
+
+
+@hookimpl
+def tensorweave_device_factories():
+    if missing() is not None:
+        return []
+    from tensorweave_opencl.device import OpenCLDeviceFactory
+
+    return [OpenCLDeviceFactory()]
+
+
+@hookimpl
+def tensorweave_register_kernels(registry):
+    if missing() is not None:
+        return
+    from tensorweave_opencl import kernels
+
+    kernels.register_all(registry)
+
+
+@hookimpl
+def tensorweave_register_allocators(registry):
+    if missing() is not None:
+        return
+    from tensorweave_opencl.allocator import CLAllocator, CLPoolAllocator
+
+    registry.register("OPENCL", "default", CLAllocator.for_device)
+    registry.register("OPENCL", "pool", CLPoolAllocator.for_device)
 
 
 @hookimpl

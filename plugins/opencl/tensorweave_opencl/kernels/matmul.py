@@ -1,0 +1,87 @@
+"""MatMul and BatchMatMul (kernels/matmul.cl): a tiled kernel through local memory, built
+per (element type, transpose_a, transpose_b); BatchMatMul runs the batch as the third
+dimension of the launch. adj_x/adj_y transpose (the element types here are real)."""
+
+from __future__ import annotations
+
+from tensorweave.framework import errors
+from tensorweave_opencl import program
+from tensorweave_opencl.kernels.common import BUF, I32, NUMERIC, OPENCL, launcher, num_elements
+
+TS = 16
+
+
+def _rounded(n: int) -> int:
+    return max(TS, (n + TS - 1) // TS * TS)
+
+
+class MatMul:
+    def __init__(self, ctx, ta: bool, tb: bool):
+        self.ctx = ctx
+        self.device = ctx.device
+        self.ta, self.tb = ta, tb
+        dt = ctx.input_dtypes[0].np_dtype
+        self.dtype = dt
+        defines = {"T": program.ctype(dt), "TS": TS, "TA": int(ta), "TB": int(tb)}
+        self.launch = launcher(ctx, "matmul.cl", "matmul", [BUF, BUF, BUF, I32, I32, I32, I32, I32], defines)
+
+    def dims(self, sa, sb):
+        m, ka = (sa[-1], sa[-2]) if self.ta else (sa[-2], sa[-1])
+        kb, n = (sb[-1], sb[-2]) if self.tb else (sb[-2], sb[-1])
+        if ka != kb:
+            raise self.ctx.error(errors.InvalidArgumentError,
+                                 f"matrix dimensions are incompatible: shapes {sa} and {sb} "
+                                 f"(transpose_a={self.ta}, transpose_b={self.tb})")
+        return m, n, ka
+
+    def run(self, a, b, batch_shape, stride_a, stride_b):
+        m, n, k = self.dims(a.shape, b.shape)
+        out = self.device.empty(tuple(batch_shape) + (m, n), self.dtype)
+        batches = num_elements(batch_shape)
+        if m * n * batches == 0:
+            return out
+        if k == 0:
+            return _zeros(self.ctx, out)
+        self.launch((_rounded(n), _rounded(m), batches), (TS, TS, 1), out.block.buf, a.block.buf, b.block.buf,
+                    m, n, k, stride_a, stride_b)
+        return out
+
+
+
+def _zeros(ctx, out):
+    from tensorweave_opencl.kernels.array import fill_value
+
+    return fill_value(ctx, out, 0)
+
+
+def _matmul(ctx):
+    mm = MatMul(ctx, ctx.attrs["transpose_a"], ctx.attrs["transpose_b"])
+
+    def matmul(a, b):
+        if len(a.shape) != 2 or len(b.shape) != 2:
+            raise ctx.error(errors.InvalidArgumentError, f"MatMul takes matrices, got shapes {a.shape} and {b.shape}")
+        return mm.run(a, b, (), 0, 0)
+    return matmul
+
+
+def _batch_matmul(ctx):
+    mm = MatMul(ctx, ctx.attrs["adj_x"], ctx.attrs["adj_y"])
+
+    def bmm(x, y):
+        if len(x.shape) < 2 or len(y.shape) < 2:
+            raise ctx.error(errors.InvalidArgumentError,
+                            f"inputs must have rank >= 2, got shapes {x.shape} and {y.shape}")
+        bx, by = x.shape[:-2], y.shape[:-2]
+        if bx != by and num_elements(bx) != 1 and num_elements(by) != 1:
+            raise ctx.error(errors.InvalidArgumentError,
+                            f"batch dimensions must match (or one side be a single matrix): {x.shape} and {y.shape}")
+        batch = bx if num_elements(bx) >= num_elements(by) and len(bx) >= len(by) else by
+        sa = 0 if num_elements(bx) == 1 else num_elements(x.shape[-2:])
+        sb = 0 if num_elements(by) == 1 else num_elements(y.shape[-2:])
+        return mm.run(x, y, batch, sa, sb)
+    return bmm
+
+
+def register(reg):
+    reg.register("MatMul", OPENCL, factory=_matmul, constraints={"T": NUMERIC})
+    reg.register("BatchMatMul", OPENCL, factory=_batch_matmul, constraints={"T": NUMERIC})

@@ -1,0 +1,80 @@
+"""Fused optimizer updates on the device (kernels/training.cl): ApplyGradientDescent,
+ApplyMomentum, ApplyAdagrad, ApplyAdam, ApplyRMSProp.
+
+As on the CPU, an update stores fresh tensors rather than writing into the ones it read,
+and holds the locks of the variable and its slots together (in a fixed order) while it
+reads and stores them. Hyper-parameters stay on the device: no step waits for the host.
+"""
+
+from __future__ import annotations
+
+from tensorweave.framework import errors
+from tensorweave_opencl import program
+from tensorweave_opencl.kernels.common import BUF, FLOAT, I32, OPENCL, launcher, num_elements
+
+# op -> (kernel, number of ref inputs, index of the gradient among the other inputs)
+KERNELS = {
+    "ApplyGradientDescent": ("gradient_descent", 1, 1),
+    "ApplyMomentum": ("momentum", 2, 1),
+    "ApplyAdagrad": ("adagrad", 2, 1),
+    "ApplyAdam": ("adam", 3, 6),
+    "ApplyRMSProp": ("rms_prop", 3, 4),
+}
+
+
+def _factory(op_type):
+    kernel, n_refs, grad_index = KERNELS[op_type]
+
+    def factory(ctx):
+        attrs = ctx.attrs
+        dt = attrs["T"].np_dtype
+        n_other = len(ctx.op.inputs) - n_refs
+        defines = {"T": program.ctype(dt), "NESTEROV": int(bool(attrs.get("use_nesterov", False)))}
+        launch = launcher(ctx, "training.cl", kernel, [BUF] * (2 * n_refs + n_other) + [I32], defines)
+        stores = [ctx.ref_input(i) for i in range(n_refs)]
+        unique = list({id(s): s for s in stores}.values())
+        if len(unique) != len(stores):
+            raise ctx.error(errors.InvalidArgumentError,
+                            f"the variable and its slots must be distinct variables, got {[s.name for s in stores]}")
+        locks = [s.lock for s in sorted(unique, key=id)]
+        arg_names = [t.name for t in ctx.op.inputs[n_refs:]]
+        device = ctx.device
+
+        def update(*args):
+            grad = args[grad_index]
+            for i, (name, a) in enumerate(zip(arg_names, args)):
+                if i != grad_index and a.shape != ():
+                    raise ctx.error(errors.InvalidArgumentError,
+                                    f"'{name}' must be a scalar, got a value of shape {a.shape}")
+            for lk in locks:
+                lk.acquire()
+            try:
+                current = [s.read() for s in stores]
+                var = current[0]
+                for s, cur in zip(stores[1:], current[1:]):
+                    if cur.shape != var.shape:
+                        raise ctx.error(errors.InvalidArgumentError,
+                                        f"slot {s.name} of shape {cur.shape} does not match variable "
+                                        f"{stores[0].name} of shape {var.shape}")
+                if grad.shape != var.shape:
+                    raise ctx.error(errors.InvalidArgumentError,
+                                    f"gradient of shape {grad.shape} does not match variable {stores[0].name} "
+                                    f"of shape {var.shape}")
+                new = [device.empty(var.shape, var.dtype) for _ in stores]
+                n = num_elements(var.shape)
+                if n:
+                    launch.run(n, *[t.block.buf for t in new], *[t.block.buf for t in current],
+                           *[a.block.buf for a in args], n)
+                for s, x in zip(stores, new):
+                    s.value = x
+            finally:
+                for lk in reversed(locks):
+                    lk.release()
+            return new[0]
+        return update
+    return factory
+
+
+def register(reg):
+    for op_type in KERNELS:
+        reg.register(op_type, OPENCL, factory=_factory(op_type), constraints={"T": FLOAT})
