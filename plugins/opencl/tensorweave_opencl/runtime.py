@@ -70,6 +70,8 @@ class Runtime:
         self.max_alloc_size = int(device.max_mem_alloc_size)
         self.max_work_group_size = int(device.max_work_group_size)
         self.local_mem_size = int(device.local_mem_size)
+        # CPU devices (PoCL) want different kernels than GPUs (see kernels/matmul.cl).
+        self.is_cpu = bool(device.type & cl.device_type.CPU)
         self.has_fp64 = bool(device.double_fp_config) or "cl_khr_fp64" in device.extensions
         self.programs: dict = {}        # (source text, defines) -> cl.Program
         self.constants: dict = {}       # small immutable int32 tables (broadcast/stride plans)

@@ -8,9 +8,19 @@ import tensorweave as tw
 RNG = np.random.default_rng(2)
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (5, 7, 3), (16, 16, 16), (33, 17, 40), (64, 128, 10), (3, 0, 4)])
+@pytest.fixture(params=["blocked", "tiled"])
+def variant(request, monkeypatch):
+    """Both MatMul kernels, whatever kind of device this is."""
+    from tensorweave_opencl.kernels.matmul import MatMul
+
+    monkeypatch.setattr(MatMul, "variant", request.param)
+    return request.param
+
+
+@pytest.mark.parametrize("m,k,n", [(1, 1, 1), (5, 7, 3), (16, 16, 16), (33, 17, 40), (64, 128, 10), (3, 0, 4),
+                                   (9, 5, 8), (2, 3, 17)])
 @pytest.mark.parametrize("ta,tb", [(False, False), (True, False), (False, True), (True, True)])
-def test_matmul(ocl, m, k, n, ta, tb):
+def test_matmul(ocl, variant, m, k, n, ta, tb):
     a = RNG.standard_normal((k, m) if ta else (m, k)).astype(np.float32)
     b = RNG.standard_normal((n, k) if tb else (k, n)).astype(np.float32)
     got = ocl.on_opencl(lambda a, b: tw.matmul(a, b, transpose_a=ta, transpose_b=tb), {"a": a, "b": b})
@@ -19,7 +29,7 @@ def test_matmul(ocl, m, k, n, ta, tb):
 
 
 @pytest.mark.parametrize("dtype", ["float64", "int32", "int64"])
-def test_matmul_dtypes(ocl, dtype):
+def test_matmul_dtypes(ocl, variant, dtype):
     a = RNG.integers(-5, 5, (20, 30)).astype(dtype)
     b = RNG.integers(-5, 5, (30, 9)).astype(dtype)
     got = ocl.on_opencl(lambda a, b: tw.matmul(a, b), {"a": a, "b": b})
@@ -37,7 +47,7 @@ def test_matmul_shape_mismatch(ocl):
 
 
 @pytest.mark.parametrize("adj_x,adj_y", [(False, False), (True, True)])
-def test_batch_matmul(ocl, adj_x, adj_y):
+def test_batch_matmul(ocl, variant, adj_x, adj_y):
     from tensorweave.framework.graph import apply_op
 
     x = RNG.standard_normal((2, 3, 5, 4)).astype(np.float32)

@@ -52,6 +52,28 @@ __kernel void binary_scalar_x(__global R* out, __global const T* x, __global con
     }
 }
 
+// y repeats every m elements of x (a bias row added to every row of a matrix).
+__kernel void binary_rows_y(__global R* out, __global const T* x, __global const T* y, const int n, const int m)
+{
+    int i = get_global_id(0);
+    if (i < n) {
+        T a = x[i];
+        T b = y[i % m];
+        out[i] = (R)(EXPR);
+    }
+}
+
+// x repeats every m elements of y.
+__kernel void binary_rows_x(__global R* out, __global const T* x, __global const T* y, const int n, const int m)
+{
+    int i = get_global_id(0);
+    if (i < n) {
+        T a = x[i % m];
+        T b = y[i];
+        out[i] = (R)(EXPR);
+    }
+}
+
 // General NumPy broadcasting. meta = [nd, dims[nd], x_strides[nd], y_strides[nd]] in
 // elements, a stride of 0 on a broadcast dimension; dims are already collapsed.
 __kernel void binary_bcast(__global R* out, __global const T* x, __global const T* y, const int n,

@@ -140,11 +140,14 @@ class Binary:
         self.same = program.Launcher(runtime, prg, "binary_same", scal)
         self.scalar_y = program.Launcher(runtime, prg, "binary_scalar_y", scal)
         self.scalar_x = program.Launcher(runtime, prg, "binary_scalar_x", scal)
+        self.rows_y = program.Launcher(runtime, prg, "binary_rows_y", scal + [I32])
+        self.rows_x = program.Launcher(runtime, prg, "binary_rows_x", scal + [I32])
         self.bcast = program.Launcher(runtime, prg, "binary_bcast", scal + [BUF])
         self.plans: dict = {}
 
     def plan(self, sa, sb):
-        """(launcher, output shape, stride table or None) for input shapes sa, sb."""
+        """(launcher, output shape, extra argument or None) for input shapes sa, sb: the
+        extra argument is a row length (rows kernels) or a stride table (general kernel)."""
         out_shape = broadcast_shape(self.ctx, sa, sb)
         na, nb = num_elements(sa), num_elements(sb)
         n = num_elements(out_shape)
@@ -157,8 +160,13 @@ class Binary:
         else:
             dims, (xs, ys) = collapse(list(out_shape), broadcast_strides(sa, out_shape),
                                       broadcast_strides(sb, out_shape))
-            table = self.device.runtime.int_table([len(dims), *dims, *xs, *ys])
-            p = (self.bcast, out_shape, table)
+            if len(dims) == 2 and xs == [dims[1], 1] and ys == [0, 1]:
+                p = (self.rows_y, out_shape, dims[1])
+            elif len(dims) == 2 and xs == [0, 1] and ys == [dims[1], 1]:
+                p = (self.rows_x, out_shape, dims[1])
+            else:
+                table = self.device.runtime.int_table([len(dims), *dims, *xs, *ys])
+                p = (self.bcast, out_shape, table)
         if len(self.plans) < 64:
             self.plans[(sa, sb)] = p
         return p
@@ -172,14 +180,14 @@ class Binary:
                 self.same.run(n, out.block.buf, x.block.buf, y.block.buf, n)
             return out
         p = self.plans.get((sa, sb)) or self.plan(sa, sb)
-        launch, out_shape, table = p
+        launch, out_shape, extra = p
         out = self.device.empty(out_shape, self.out_dtype)
         n = num_elements(out_shape)
         if n:
-            if table is None:
+            if extra is None:
                 launch.run(n, out.block.buf, x.block.buf, y.block.buf, n)
             else:
-                launch.run(n, out.block.buf, x.block.buf, y.block.buf, n, table)
+                launch.run(n, out.block.buf, x.block.buf, y.block.buf, n, extra)
         return out
 
 

@@ -1,6 +1,8 @@
-"""MatMul and BatchMatMul (kernels/matmul.cl): a tiled kernel through local memory, built
-per (element type, transpose_a, transpose_b); BatchMatMul runs the batch as the third
-dimension of the launch. adj_x/adj_y transpose (the element types here are real)."""
+"""MatMul and BatchMatMul (kernels/matmul.cl), built per (element type, transpose_a,
+transpose_b): on GPUs and other accelerators the tiled kernel through local memory, on CPU
+devices (PoCL) the register-blocked vector kernel, which is several times faster there
+(``MatMul.variant`` overrides the choice). BatchMatMul runs the batch as the third
+dimension of the launch; adj_x/adj_y transpose (the element types here are real)."""
 
 from __future__ import annotations
 
@@ -8,22 +10,30 @@ from tensorweave.framework import errors
 from tensorweave_opencl import program
 from tensorweave_opencl.kernels.common import BUF, I32, NUMERIC, OPENCL, launcher, num_elements
 
-TS = 16
+TS = 16     # tile size of matmul_tiled
+RB = 4      # rows per work item of matmul_blocked (times 8 columns)
+BLOCKED_LOCAL = (4, 4, 1)
 
 
-def _rounded(n: int) -> int:
-    return max(TS, (n + TS - 1) // TS * TS)
+def _round(n: int, m: int) -> int:
+    return max(m, (n + m - 1) // m * m)
 
 
 class MatMul:
+    variant = None  # "tiled" or "blocked" to force a kernel (tests); None: by device kind
+
     def __init__(self, ctx, ta: bool, tb: bool):
         self.ctx = ctx
         self.device = ctx.device
         self.ta, self.tb = ta, tb
         dt = ctx.input_dtypes[0].np_dtype
         self.dtype = dt
-        defines = {"T": program.ctype(dt), "TS": TS, "TA": int(ta), "TB": int(tb)}
-        self.launch = launcher(ctx, "matmul.cl", "matmul", [BUF, BUF, BUF, I32, I32, I32, I32, I32], defines)
+        ct = program.ctype(dt)
+        variant = self.variant or ("blocked" if ctx.device.runtime.is_cpu else "tiled")
+        self.blocked = variant == "blocked"
+        defines = {"T": ct, "V": f"{ct}8", "TS": TS, "RB": RB, "TA": int(ta), "TB": int(tb)}
+        self.launch = launcher(ctx, "matmul.cl", f"matmul_{variant}", [BUF, BUF, BUF, I32, I32, I32, I32, I32],
+                               defines)
 
     def dims(self, sa, sb):
         m, ka = (sa[-1], sa[-2]) if self.ta else (sa[-2], sa[-1])
@@ -42,8 +52,13 @@ class MatMul:
             return out
         if k == 0:
             return _zeros(self.ctx, out)
-        self.launch((_rounded(n), _rounded(m), batches), (TS, TS, 1), out.block.buf, a.block.buf, b.block.buf,
-                    m, n, k, stride_a, stride_b)
+        if self.blocked:
+            ls = BLOCKED_LOCAL
+            size = (_round((n + 7) // 8, ls[0]), _round((m + RB - 1) // RB, ls[1]), batches)
+        else:
+            ls = (TS, TS, 1)
+            size = (_round(n, TS), _round(m, TS), batches)
+        self.launch(size, ls, out.block.buf, a.block.buf, b.block.buf, m, n, k, stride_a, stride_b)
         return out
 
 
