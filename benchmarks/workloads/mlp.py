@@ -87,4 +87,23 @@ def build(device: str | None = None) -> Workload:
         s2.close()
 
     label = "64->128->10 ReLU MLP, softmax cross-entropy, batch 64: one SGD step per Session.run"
-    return Workload(NAME, label, tw_step, np_step, {}, check, close=sess.close)
+    others, closers, checks = {}, [sess.close], [check]
+    opencl = _opencl_variant(build) if device is None else None
+    if opencl is not None:
+        others["tensorweave (OPENCL)"] = opencl.tensorweave
+        closers.append(opencl.close)
+        checks.append(opencl.check)
+    return Workload(NAME, label, tw_step, np_step, others, lambda: [c() for c in checks],
+                    close=lambda: [c() for c in closers])
+
+
+def _opencl_variant(build):
+    """The same step with every node on the first OpenCL device, when the OpenCL plugin is
+    installed and found one (PoCL counts: there it measures the plugin's per-node overhead
+    on the CPU rather than an accelerator)."""
+    from tensorweave import plugins
+
+    factory = plugins.registry().device_factories.get("OPENCL")
+    if factory is None or factory.count() == 0:
+        return None
+    return build("/device:OPENCL:0")
