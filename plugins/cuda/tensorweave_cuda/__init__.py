@@ -1,8 +1,7 @@
-"""tensorweave's CUDA device plugin (skeleton).
-
-It will provide GPU devices through PyCUDA, CUDA C kernels (``kernels/*.cu``) loaded with
-``SourceModule``, cuBLAS matrix products and a pooling allocator. For now it only reports
-what it found on this machine; see ``tensorweave plugins``.
+"""tensorweave's CUDA device plugin: GPU devices through PyCUDA, CUDA C kernels
+(``kernels/*.cu``) compiled with ``SourceModule``, cuBLAS matrix products, and a pooling
+allocator. Without a usable GPU it registers nothing and says why (``tensorweave plugins``).
+Importing the package imports no driver.
 """
 
 __version__ = "0.1.0"

@@ -92,8 +92,10 @@ def _arg(op):
         ref = catalog.arg_kernel(op, dt, out_dt)
 
         def arg(x, dimension):
-            a = norm_axis(ctx, np.asarray(dimension).reshape(-1)[0] if np.size(dimension) == 1 else dimension,
-                          x.ndim, "dimension")
+            d = np.asarray(dimension)
+            if d.size != 1:
+                raise ctx.error(E, f"dimension must be a scalar, got shape {d.shape}")
+            a = norm_axis(ctx, d.reshape(-1)[0], x.ndim, "dimension")
             if x.shape[a] == 0:
                 raise ctx.error(E, f"cannot take the {what} over dimension {a} of shape {x.shape}: it is empty")
             outer, r, inner = plan.plan_arg_reduction(x.shape, a)
