@@ -43,9 +43,8 @@ class PyCudaDriver:
         self.name = dev.name()
         self.compute_capability = tuple(dev.compute_capability())
         self.total_memory = int(dev.total_memory())
-        attr = cuda.device_attribute
-        self.multiprocessors = int(dev.get_attribute(attr.MULTIPROCESSOR_COUNT))
-        self.clock_khz = int(dev.get_attribute(attr.CLOCK_RATE))
+        self.multiprocessors = self._attribute("MULTIPROCESSOR_COUNT")
+        self.clock_khz = self._attribute("CLOCK_RATE")  # for the cost model only
         try:
             self.pci_bus_id = dev.pci_bus_id()
         except Exception:  # noqa: BLE001 - informational only
@@ -59,6 +58,13 @@ class PyCudaDriver:
         with self.activate():
             self.stream = cuda.Stream()
         self._peers: set = set()
+
+    def _attribute(self, name: str) -> int:
+        """A device attribute, 0 where this PyCUDA/driver does not know it."""
+        try:
+            return int(self._dev.get_attribute(getattr(self.cuda.device_attribute, name)))
+        except Exception:  # noqa: BLE001 - informational only
+            return 0
 
     # -- context ---------------------------------------------------------------------------
     @contextlib.contextmanager

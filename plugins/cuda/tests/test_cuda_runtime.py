@@ -447,3 +447,23 @@ def test_out_of_memory_in_a_session_names_the_node(gpu, monkeypatch):
     with tw.Session(graph=g) as s:
         with pytest.raises(errors.ResourceExhaustedError, match="out of memory"):
             s.run(y, {x: np.zeros(100_000, np.float32)})
+
+
+# ---------------------------------------------------------------------------------------
+def test_conformance_kit(gpu):
+    """The core's conformance kit: every op with a kernel here, values and gradients, against
+    the CPU; dtypes this device has no kernel for are reported unsupported, not failed."""
+    conformance = pytest.importorskip("tensorweave.testing.conformance")
+    p = conformance.plan(gpu.device_type)
+    assert not p.not_covered and not p.errors, (p.not_covered, p.errors)
+    failures, passed = [], 0
+    for check in p.checks:
+        try:
+            check.run()
+            passed += 1
+        except conformance.Unsupported:
+            pass
+        except Exception as e:  # noqa: BLE001 - collect them all, report at once
+            failures.append(f"{check.name}: {type(e).__name__}: {str(e)[:400]}")
+    assert not failures, "\n".join(failures)
+    assert passed > 300
