@@ -103,6 +103,8 @@ def test_copies_between_two_gpus_and_the_cpu(gpu):
         got = s.run([c, b], {p: x})
     np.testing.assert_allclose(got[0], (x * 2 + 1) * x * 2, rtol=1e-6)
     np.testing.assert_allclose(got[1], x * 2 + 1, rtol=1e-6)
+    if gpu.name == "emulator":  # two emulated GPUs can reach each other: a peer copy, no host trip
+        assert gpu.open_driver(0).copies["peer"] > 0
 
 
 # ---------------------------------------------------------------------------------------
@@ -441,12 +443,13 @@ def test_out_of_memory_in_a_session_names_the_node(gpu, monkeypatch):
     monkeypatch.setenv("TENSORWEAVE_GPU_MEMORY_LIMIT", "64KiB")
     g = tw.Graph()
     with g.as_default():
-        x = tw.placeholder(tw.float32, [None])
+        x = tw.placeholder(tw.float32, [10])
         with tw.device(gpu.device()):
-            y = tw.exp(x) * 2.0
+            y = tw.broadcast_to(tw.exp(x), [20_000, 10], name="big")
     with tw.Session(graph=g) as s:
-        with pytest.raises(errors.ResourceExhaustedError, match="out of memory"):
-            s.run(y, {x: np.zeros(100_000, np.float32)})
+        with pytest.raises(errors.ResourceExhaustedError,
+                           match=r"node 'big' on .*out of memory on .*asked for 800000 bytes"):
+            s.run(y, {x: np.zeros(10, np.float32)})
 
 
 # ---------------------------------------------------------------------------------------
