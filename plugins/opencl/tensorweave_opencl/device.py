@@ -21,6 +21,8 @@ from tensorweave_opencl.buffer import CLTensor
 from tensorweave_opencl.program import CTYPES
 
 MEMORY_LIMIT_ENV = "TENSORWEAVE_OPENCL_MEMORY_LIMIT"
+CPU_DEVICE_FLOPS = 1e9             # see OpenCLDevice.__init__
+CPU_DEVICE_NODE_OVERHEAD = 1e-2
 
 
 class OpenCLDevice(Device):
@@ -32,6 +34,16 @@ class OpenCLDevice(Device):
         self.runtime = runtime
         self.queue = runtime.queue
         self.allocator = CLAllocator(name, memory_limit, runtime)
+        if runtime.is_cpu:
+            # For the cost model (passes/cost_model.py). An OpenCL device on the CPU (PoCL)
+            # runs on the host's own cores: offloading to it adds no parallel capacity, and
+            # each launch costs tens of microseconds. The placer's simulation treats devices
+            # as independent resources and would move work here whenever the CPU device
+            # looks busy, so this device states a low throughput and a prohibitive per-node
+            # cost: unpinned nodes stay on the CPU device, pinned ones run here. (Measured
+            # times from traced runs still refine the estimates of pinned nodes.)
+            self.flops_per_second = CPU_DEVICE_FLOPS
+            self.node_overhead_seconds = CPU_DEVICE_NODE_OVERHEAD
 
     # -- the core's interface -----------------------------------------------------------
     def to_device(self, array) -> CLTensor:
