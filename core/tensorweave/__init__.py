@@ -45,7 +45,7 @@ from tensorweave.ops.variables import (
     Variable, all_variables, global_variables, global_variables_initializer, initialize_all_variables,
     local_variables, local_variables_initializer, trainable_variables, variables_initializer,
 )
-from tensorweave.runtime.config import ConfigProto, GraphOptions, RunMetadata, RunOptions
+from tensorweave.runtime.config import ConfigProto, GPUOptions, GraphOptions, RunMetadata, RunOptions
 from tensorweave.runtime.session import InteractiveSession, Session, get_default_session
 
 try:

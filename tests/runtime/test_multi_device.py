@@ -138,3 +138,19 @@ def test_multi_device_training_matches_single_device():
                 return s.run(w)
 
     np.testing.assert_allclose(train("/device:FAKE:0"), train(None), rtol=1e-5)
+
+
+def test_a_variable_written_on_one_device_is_read_correctly_from_another():
+    x = tw.placeholder(tw.float32, [2], name="x")
+    with tw.device("/device:FAKE:0"):
+        w = tw.Variable(np.ones(2, np.float32), name="w_fake")
+        grow = w.assign_add(x)        # the variable lives on (and is written by) FAKE:0
+    with tw.Session(config=tw.ConfigProto(allow_soft_placement=True)) as s:
+        s.run(w.initializer)
+        s.run(grow, {x: [1.0, 2.0]})
+        # a later plan that reads w on the CPU must get a host value, not a FakeTensor
+        with tw.device("/device:CPU:0"):
+            doubled = w.read_value() * 2.0
+        np.testing.assert_allclose(s.run(doubled), [4.0, 6.0])
+        np.testing.assert_allclose(s.run(w), [2.0, 3.0])
+        assert s.placement(grow, {x: 0})[w.op.name] == FAKE0  # it really lived on FAKE:0

@@ -15,6 +15,15 @@ class GraphOptions:
 
 
 @dataclasses.dataclass
+class GPUOptions:
+    """Accelerator memory options (TF1 names); device plugins read what applies to them."""
+
+    per_process_gpu_memory_fraction: float = 0.0
+    allow_growth: bool = False
+    visible_device_list: str = ""
+
+
+@dataclasses.dataclass
 class ConfigProto:
     """Session configuration.
 
@@ -33,6 +42,7 @@ class ConfigProto:
     allocator: dict = dataclasses.field(default_factory=dict)
     placer: str = "default"
     graph_options: GraphOptions = dataclasses.field(default_factory=GraphOptions)
+    gpu_options: GPUOptions = dataclasses.field(default_factory=GPUOptions)
     operation_timeout_in_ms: int = 0
 
 

@@ -20,7 +20,7 @@ from tensorweave.framework.tensor_shape import TensorShape
 class VariableStore:
     """The persistent mutable tensor behind a Variable node."""
 
-    __slots__ = ("name", "container", "dtype", "shape", "value", "lock")
+    __slots__ = ("name", "container", "dtype", "shape", "value", "lock", "device")
 
     def __init__(self, name: str, container: str, dtype: dtypes.DType, shape: TensorShape):
         self.name = name
@@ -29,6 +29,7 @@ class VariableStore:
         self.shape = shape
         self.value = None
         self.lock = threading.Lock()
+        self.device = None  # the device whose kernel last wrote the value (set by the executor)
 
     def read(self):
         v = self.value

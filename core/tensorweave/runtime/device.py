@@ -24,7 +24,9 @@ class Allocator:
     def __init__(self, device_name: str = "", memory_limit: int | None = None):
         self.device_name = device_name
         self.memory_limit = memory_limit
-        self._lock = threading.Lock()
+        # Re-entrant: a free triggered by garbage collection may run on a thread that is
+        # already inside _note_alloc.
+        self._lock = threading.RLock()
         self.bytes_in_use = 0
         self.peak_bytes_in_use = 0
         self.num_allocs = 0

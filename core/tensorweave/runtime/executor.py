@@ -117,6 +117,33 @@ def _estimate_flops(op) -> float:
     return float(n)
 
 
+def _reader(store, device):
+    """A read of ``store`` for a consumer on ``device``. A value written by a kernel of
+    another device (a variable trained on an accelerator, read by a later plan that placed
+    the reader elsewhere) is copied over instead of handing a kernel a foreign tensor."""
+    read = store.read
+
+    def read_here():
+        v = read()
+        src = store.device
+        if src is None or src is device or src.name == device.name:
+            return v if src is not None or device.host_tensors else device.to_device(v)
+        if src.host_tensors and device.host_tensors:
+            return v
+        return device.copy_from(v, src)
+    return read_here
+
+
+def _marking_writes(fn, stores, device):
+    """Wrap an accelerator kernel that updates ``stores`` so they remember the device."""
+    def compute(*args):
+        out = fn(*args)
+        for s in stores:
+            s.device = device
+        return out
+    return compute
+
+
 class _SyntheticOp:
     """Stands in for an Operation for the Send/Recv steps the partitioner adds."""
 
@@ -258,7 +285,7 @@ class CompiledPartition:
                     preds[n].add(recv_of[t])
                 elif t.op in virtual_ref_ops:
                     src_slot = new_slot()
-                    n.pre.append((resources.state_for_op(t.op).read, -1, src_slot))
+                    n.pre.append((_reader(resources.state_for_op(t.op), device), -1, src_slot))
                 else:
                     src_slot = slot_of[t]
                     if t.op in node_of_op:
@@ -290,7 +317,7 @@ class CompiledPartition:
                 t = tr.tensor
                 if t.op in virtual_ref_ops:
                     slot = new_slot()
-                    n.pre.append((resources.state_for_op(t.op).read, -1, slot))
+                    n.pre.append((_reader(resources.state_for_op(t.op), device), -1, slot))
                     n.ins.append(slot)
                 else:
                     n.ins.append(slot_of[t])
@@ -310,6 +337,9 @@ class CompiledPartition:
                 n.fn = kernel_cache[key]
             else:
                 n.fn = call_kernel_factory(kd, KernelContext(op, device, resources, session))
+                stores = [resources.state_for_op(t.op) for t, ref in zip(op.inputs, flat_input_is_ref(op)) if ref]
+                if stores:  # every device, so a CPU write after an accelerator one is seen too
+                    n.fn = _marking_writes(n.fn, stores, device)
                 if op.op_def.stateful:
                     kernel_cache[key] = n.fn
             sizes = [_static_nbytes(t) for t in op.outputs]
@@ -356,7 +386,7 @@ class CompiledPartition:
                 self.fetch_slots.append(fed[t])
             elif t.op in virtual_ref_ops:
                 slot = new_slot()
-                end_reads.append((resources.state_for_op(t.op).read, slot))
+                end_reads.append((_reader(resources.state_for_op(t.op), device), slot))
                 self.fetch_slots.append(slot)
             else:
                 self.fetch_slots.append(slot_of[t])

@@ -5,8 +5,9 @@ shows up (a kernel handed a raw ndarray fails).
 ``register_fake_devices(count=2, speed=1.0, ops=None)`` registers, at run time, a device
 factory for ``count`` FAKE devices and FAKE kernels for the stateless ops that have CPU
 kernels (or only ``ops``). ``speed`` is reported to the cost model as a relative compute
-speed, and ``memory_limit`` caps each device's allocator. Variables and other stateful ops
-get no FAKE kernel: they stay on the CPU, as on a device without them.
+speed, and ``memory_limit`` caps each device's allocator. Variables with Assign/AssignAdd
+live on FAKE devices as FakeTensors; other stateful ops (random, optimizers) get no FAKE
+kernel and stay on the CPU.
 """
 
 from __future__ import annotations
@@ -126,6 +127,36 @@ class _FakePlugin:
                 continue
             registry.register(op_type, "FAKE", factory=_wrap(kd.factory, op_type),
                               constraints=dict(kd.constraints) or None, priority=kd.priority, override=True)
+        _fake_state_kernels(registry)
+
+
+def _fake_state_kernels(registry):
+    """Variables on FAKE devices: the store holds FakeTensors, as an accelerator's would."""
+    def variable(ctx):
+        return ctx.resources.state_for_op(ctx.op).read
+
+    def assign(ctx):
+        store = ctx.ref_input(0)
+
+        def compute(value):
+            store.value = value
+            return value
+        return compute
+
+    def assign_add(ctx):
+        store, dev = ctx.ref_input(0), ctx.device.name
+
+        def compute(delta):
+            cur = store.read()
+            if not isinstance(cur, FakeTensor) or not isinstance(delta, FakeTensor):
+                raise errors.InternalError(f"AssignAdd on {dev} got a host value: a transfer is missing")
+            store.value = FakeTensor(cur.array + delta.array, dev)
+            return store.value
+        return compute
+
+    registry.register("Variable", "FAKE", factory=variable, override=True)
+    registry.register("Assign", "FAKE", factory=assign, override=True)
+    registry.register("AssignAdd", "FAKE", factory=assign_add, override=True)
 
 
 def register_fake_devices(count=2, speed=1.0, memory_limit=None, ops=None) -> FakeDeviceFactory:
