@@ -118,24 +118,23 @@ def test_mixed_cpu_and_opencl_partitions():
 
 
 def test_soft_placement_sends_ops_without_an_opencl_kernel_to_the_cpu():
-    x = np.random.default_rng(5).standard_normal((1, 5, 5, 2)).astype(np.float32)
-    f = np.ones((3, 3, 2, 1), np.float32)
+    x = np.random.default_rng(5).standard_normal((4, 4)).astype(np.float32) + 4 * np.eye(4, dtype=np.float32)
+
+    def build(a):
+        inv = tw.matrix_inverse(tw.multiply(a, 2.0, name="double"))   # MatrixInverse: CPU only
+        return tw.reduce_sum(tw.matmul(inv, a, name="product"))
+
     g = tw.Graph()
     with g.as_default(), tw.device("/device:OPENCL:0"):
         a = tw.placeholder(tw.float32, x.shape)
-        y = tw.reduce_sum(tw.nn.relu(tw.nn.conv2d(tw.multiply(a, 2.0, name="double"), f, [1, 1, 1, 1], "SAME")))
+        y = build(a)
     with tw.Session(graph=g, config=tw.ConfigProto(allow_soft_placement=True)) as sess:
         md = tw.RunMetadata()
         got = sess.run(y, {a: x}, run_metadata=md)
-    conv = next(n for n in md.placement if "Conv2D" in n)
-    assert "CPU" in md.placement[conv] and "OPENCL" in md.placement["double"]
-    want_graph = tw.Graph()
-    with want_graph.as_default(), tw.device("/device:CPU:0"):
-        a2 = tw.placeholder(tw.float32, x.shape)
-        y2 = tw.reduce_sum(tw.nn.relu(tw.nn.conv2d(a2 * 2.0, f, [1, 1, 1, 1], "SAME")))
-    with tw.Session(graph=want_graph) as sess:
-        want = sess.run(y2, {a2: x})
-    np.testing.assert_allclose(got, want, rtol=1e-5)
+    inverse = next(n for n in md.placement if "MatrixInverse" in n)
+    assert "CPU" in md.placement[inverse]
+    assert "OPENCL" in md.placement["double"] and "OPENCL" in md.placement["product"]
+    np.testing.assert_allclose(got, (np.linalg.inv(2 * x.astype(np.float64)) @ x).sum(), rtol=1e-4)
 
 
 def test_conformance_kit_passes_for_opencl():
@@ -160,3 +159,35 @@ def test_conformance_kit_passes_for_opencl():
             failures.append(f"{check}: {type(e).__name__}: {str(e)[:300]}")
     assert not failures, "\n".join(failures)
     assert ran > (300 if every else 150)
+
+
+def test_digits_cnn_steps_match_the_cpu(digits):
+    """Conv2D, pooling and their gradients in a training step (random initializers have no
+    OPENCL kernel: soft placement runs them on the CPU, seeded, so both runs start alike)."""
+    xtr, ytr, _, _ = digits
+
+    def run(device):
+        g = tw.Graph()
+        with g.as_default(), tw.device(device):
+            tw.set_random_seed(0)
+            x = tw.placeholder(tw.float32, [None, 64])
+            y = tw.placeholder(tw.int32, [None])
+            h = tw.layers.conv2d(tw.reshape(x, [-1, 8, 8, 1]), 16, 3, padding="same", activation=tw.nn.relu)
+            h = tw.layers.max_pooling2d(h, 2, 2)
+            h = tw.layers.conv2d(h, 8, 3, padding="valid", activation=tw.nn.relu)
+            logits = tw.layers.dense(tw.layers.flatten(tw.layers.average_pooling2d(h, 2, 1)), 10)
+            loss = tw.reduce_mean(tw.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+            train = tw.train.AdamOptimizer(1e-2).minimize(loss)
+            init = tw.global_variables_initializer()
+        with tw.Session(graph=g, config=tw.ConfigProto(allow_soft_placement=True)) as sess:
+            sess.run(init)
+            losses = [sess.run([train, loss], {x: xtr[:32], y: ytr[:32]})[1] for _ in range(4)]
+            md = tw.RunMetadata()
+            sess.run(train, {x: xtr[:32], y: ytr[:32]}, run_metadata=md)
+        return np.array(losses), md.placement
+
+    got, placement = run("/device:OPENCL:0")
+    want, _ = run("/device:CPU:0")
+    np.testing.assert_allclose(got, want, rtol=1e-4)
+    convs = [n for n in placement if "Conv2D" in n or "Pool" in n]
+    assert convs and all("OPENCL" in placement[n] for n in convs)

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("elementwise", "reduce", "matmul", "nn", "array", "state", "training")
+FAMILIES = ("elementwise", "reduce", "matmul", "nn", "spatial", "array", "slicing", "gather", "scan", "shapes",
+            "state", "training")
 
 
 def register_all(registry):

@@ -38,11 +38,19 @@ def _fill_launcher(ctx, dtype):
                     {"T": program.ctype(dt)})
 
 
+_fills: dict = {}
+
+
 def fill_value(ctx, out, value):
-    """Set every element of ``out`` to ``value``; returns ``out``."""
+    """Set every element of ``out`` to ``value``; returns ``out``. (One launcher per device
+    and dtype, shared by the nodes that zero-fill as part of their work.)"""
     n = num_elements(out.shape)
     if n:
-        _fill_launcher(ctx, out.dtype).run(n, out.block.buf, value, n)
+        key = (ctx.device.runtime.index, out.dtype)
+        fill = _fills.get(key)
+        if fill is None:
+            fill = _fills[key] = _fill_launcher(ctx, out.dtype)
+        fill.run(n, out.block.buf, value, n)
     return out
 
 
@@ -330,6 +338,7 @@ def register(reg):
     reg.register("Placeholder", OPENCL, factory=_placeholder, constraints={"dtype": ALL})
     reg.register("NoOp", OPENCL, factory=_noop)
     reg.register("Identity", OPENCL, factory=_identity, constraints={"T": ALL})
+    reg.register("PlaceholderWithDefault", OPENCL, factory=_identity, constraints={"dtype": ALL})
     reg.register("StopGradient", OPENCL, factory=_identity, constraints={"T": ALL})
     reg.register("Reshape", OPENCL, factory=_reshape, constraints={"T": ALL}, host_memory=("shape",))
     reg.register("ExpandDims", OPENCL, factory=_expand_dims, constraints={"T": ALL}, host_memory=("dim",))

@@ -78,3 +78,20 @@ __kernel void sparse_xent(__global T* loss, __global T* backprop, __global const
     br[label] -= (T)1;
     loss[r] = log(s) - (xr[label] - m);
 }
+
+// InTopK: is the target's prediction among the k largest of its row? A target outside
+// [0, cols) or a non-finite prediction is never in the top k. Predictions are float.
+__kernel void in_top_k(__global uchar* out, __global const float* pred, __global const TL* targets,
+                       const int rows, const int cols, const int k)
+{
+    int r = get_global_id(0);
+    if (r >= rows) return;
+    const TL t = targets[r];
+    if (t < 0 || t >= cols) { out[r] = 0; return; }
+    __global const float* pr = pred + (long)r * cols;
+    const float p = pr[t];
+    if (!isfinite(p)) { out[r] = 0; return; }
+    int larger = 0;
+    for (int c = 0; c < cols; ++c) larger += pr[c] > p;
+    out[r] = larger < k;
+}

@@ -5,6 +5,8 @@ L2Loss are reductions (reduce.py)."""
 
 from __future__ import annotations
 
+import numpy as np
+
 from tensorweave.framework import errors
 from tensorweave_opencl import program
 from tensorweave_opencl.kernels.common import BUF, FLOAT, I32, INDEX, NUMERIC, OPENCL, launcher, num_elements
@@ -84,6 +86,39 @@ def _bias_add(ctx):
     return bias_add
 
 
+def _in_top_k(ctx):
+    k = ctx.attrs["k"]
+    tl = ctx.input_dtypes[1].np_dtype
+    launch = launcher(ctx, "nn.cl", "in_top_k", [BUF, BUF, BUF, I32, I32, I32], {"T": "float", "TL": program.ctype(tl)})
+    device = ctx.device
+
+    def in_top_k(predictions, targets):
+        if predictions.ndim != 2 or targets.shape != predictions.shape[:1]:
+            raise ctx.error(_E, f"predictions must be 2-D and targets 1-D with the same first dimension, got "
+                                f"{predictions.shape} and {targets.shape}")
+        rows, cols = predictions.shape
+        out = device.empty((rows,), np.bool_)
+        if rows:
+            launch.run(rows, out.block.buf, predictions.block.buf, targets.block.buf, rows, cols, k)
+        return out
+    return in_top_k
+
+
+def _check_numerics(ctx):
+    # Raising needs the values on the host: this op waits for the device (it is a debugging aid).
+    message = ctx.attrs["message"]
+    device = ctx.device
+
+    def check_numerics(x):
+        v = device.to_host(x)
+        if np.isfinite(v).all():
+            return x
+        nan, inf = bool(np.isnan(v).any()), bool(np.isinf(v).any())
+        kind = "Inf and NaN" if nan and inf else ("NaN" if nan else "Inf")
+        raise ctx.error(_E, f"{message} : Tensor had {kind} values")
+    return check_numerics
+
+
 def register(reg):
     reg.register("Softmax", OPENCL, factory=_softmax(False), constraints={"T": FLOAT})
     reg.register("LogSoftmax", OPENCL, factory=_softmax(True), constraints={"T": FLOAT})
@@ -91,3 +126,5 @@ def register(reg):
     reg.register("SparseSoftmaxCrossEntropyWithLogits", OPENCL, factory=_sparse_xent,
                  constraints={"T": FLOAT, "Tlabels": INDEX})
     reg.register("BiasAdd", OPENCL, factory=_bias_add, constraints={"T": NUMERIC})
+    reg.register("InTopK", OPENCL, factory=_in_top_k, constraints={"T": INDEX})
+    reg.register("CheckNumerics", OPENCL, factory=_check_numerics, constraints={"T": FLOAT})

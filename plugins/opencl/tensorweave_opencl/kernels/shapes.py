@@ -1,0 +1,116 @@
+"""Shape arithmetic on OPENCL: Range, BroadcastGradientArgs, ReducedShape,
+InvertPermutation, ListDiff. Their inputs are small and arrive in host memory; the result
+is computed on the host with the CPU plugin's rules and placed on the device (cached per
+value: the same shapes come back every step). They exist so that gradient graphs with
+dynamic shapes can stay on the device without soft placement."""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorweave.framework import errors
+from tensorweave.ops.array_ops import range_length
+from tensorweave_opencl.kernels.common import ALL, INDEX, NUMERIC, OPENCL, host, int_list
+
+_E = errors.InvalidArgumentError
+
+
+def _on_device(ctx, fn):
+    """compute(*host inputs) -> fn(...) on the device; outputs cached by the inputs' bytes."""
+    cache: dict = {}
+    device = ctx.device
+
+    def compute(*args):
+        arrs = [host(a) for a in args]
+        key = tuple((a.tobytes(), a.dtype.char, a.shape) for a in arrs)
+        hit = cache.get(key)
+        if hit is None:
+            res = fn(*arrs)
+            hit = tuple(device.to_device(r) for r in res) if isinstance(res, tuple) else device.to_device(res)
+            if len(cache) < 64:
+                cache[key] = hit
+        return hit
+    return compute
+
+
+def _range(ctx):
+    dt = ctx.attrs["Tidx"]
+
+    def range_(start, limit, delta):
+        s, lim, d = start.item(), limit.item(), delta.item()
+        n = range_length(s, lim, d)
+        if dt.is_integer:
+            return np.arange(s, lim, d, dtype=dt.np_dtype)
+        return (np.arange(n, dtype=np.float64) * d + s).astype(dt.np_dtype)
+    return _on_device(ctx, range_)
+
+
+def _broadcast_gradient_args(ctx):
+    dt = ctx.output_dtypes[0].np_dtype
+
+    def bga(s0, s1):
+        a, b = [int(d) for d in s0], [int(d) for d in s1]
+        n = max(len(a), len(b))
+        a = [1] * (n - len(a)) + a
+        b = [1] * (n - len(b)) + b
+        r0, r1 = [], []
+        for i, (x, y) in enumerate(zip(a, b)):
+            if x == y:
+                continue
+            if x == 1:
+                r0.append(i)
+            elif y == 1:
+                r1.append(i)
+            else:
+                raise ctx.error(_E, f"incompatible shapes for broadcasting: {list(s0)} and {list(s1)}")
+        r0 += [i for i in range(n - len(s0)) if i not in r0]
+        r1 += [i for i in range(n - len(s1)) if i not in r1]
+        return np.array(sorted(r0), dtype=dt), np.array(sorted(r1), dtype=dt)
+    return _on_device(ctx, bga)
+
+
+def _reduced_shape(ctx):
+    def reduced_shape(input_shape, axes):
+        out = np.array(input_shape, dtype=np.int32).reshape(-1)
+        n = out.size
+        for a in np.asarray(axes).reshape(-1).tolist():
+            if not -n <= a < max(n, 1):
+                raise ctx.error(_E, f"reduction axis {a} is out of range for input of rank {n}")
+            if n:
+                out[a % n] = 1
+        return out
+    return _on_device(ctx, reduced_shape)
+
+
+def _invert_permutation(ctx):
+    def invert_permutation(x):
+        p = int_list(ctx, x, "x")
+        n = len(p)
+        if sorted(p) != list(range(n)):
+            raise ctx.error(_E, f"{p} is not a permutation of 0..{n - 1}")
+        out = np.empty(n, dtype=x.dtype)
+        out[x] = np.arange(n, dtype=x.dtype)
+        return out
+    return _on_device(ctx, invert_permutation)
+
+
+def _list_diff(ctx):
+    idx_dt = ctx.attrs["out_idx"].np_dtype
+
+    def list_diff(x, y):
+        if x.ndim != 1 or y.ndim != 1:
+            raise ctx.error(_E, f"x and y must be vectors, got shapes {x.shape} and {y.shape}")
+        keep = ~np.isin(x, y)
+        return x[keep], np.flatnonzero(keep).astype(idx_dt)
+    return _on_device(ctx, list_diff)
+
+
+def register(reg):
+    reg.register("Range", OPENCL, factory=_range, constraints={"Tidx": NUMERIC},
+                 host_memory=("start", "limit", "delta"))
+    reg.register("BroadcastGradientArgs", OPENCL, factory=_broadcast_gradient_args, constraints={"T": INDEX},
+                 host_memory=("s0", "s1"))
+    reg.register("ReducedShape", OPENCL, factory=_reduced_shape, host_memory=("input_shape", "axes"))
+    reg.register("InvertPermutation", OPENCL, factory=_invert_permutation, constraints={"T": INDEX},
+                 host_memory=("x",))
+    reg.register("ListDiff", OPENCL, factory=_list_diff, constraints={"T": ALL}, host_memory=("x", "y"))
