@@ -30,6 +30,7 @@ from tensorweave_opencl.kernels.common import (
 )
 
 _E = errors.InvalidArgumentError
+CACHE_FILLS_UP_TO = 64 * 1024  # bytes: ZerosLike/OnesLike results this small are kept per shape
 
 
 def _fill_launcher(ctx, dtype):
@@ -173,11 +174,18 @@ def _fill_like(v):
         value = np.array(v, dtype=dt if dt != np.bool_ else np.uint8)[()]
         device = ctx.device
 
+        cache: dict = {}
+
         def fill_like(x):
+            out = cache.get(x.shape)
+            if out is not None:
+                return out  # tensors are immutable: a small filled one is reused every step
             out = device.empty(x.shape, dt)
             n = num_elements(x.shape)
             if n:
                 launch.run(n, out.block.buf, value, n)
+            if n * dt.itemsize <= CACHE_FILLS_UP_TO and len(cache) < 8:
+                cache[x.shape] = out
             return out
         return fill_like
     return factory
