@@ -106,9 +106,13 @@ def parse_bytes(text: str) -> int:
 
 def configured_memory_limit(config, index: int, global_mem: int) -> int:
     """The memory limit of device ``index``: the smallest of its global memory,
+    ``config.gpu_options.per_process_gpu_memory_fraction`` of it (TF1's knob, when > 0),
     ``config.memory_limit["OPENCL"]`` (bytes; a dict per device type, or a list per device)
     when the ConfigProto has one, and ``$TENSORWEAVE_OPENCL_MEMORY_LIMIT`` ("512M")."""
     limit = global_mem
+    fraction = getattr(getattr(config, "gpu_options", None), "per_process_gpu_memory_fraction", 0) or 0
+    if 0 < fraction < 1:
+        limit = int(global_mem * fraction)
     per_type = getattr(config, "memory_limit", None)
     if isinstance(per_type, dict):
         v = per_type.get("OPENCL", per_type.get("opencl"))

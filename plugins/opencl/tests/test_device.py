@@ -163,6 +163,12 @@ def test_memory_limit_configuration(monkeypatch):
 
     assert configured_memory_limit(Cfg(), 0, 1 << 30) == 1 << 20
     assert configured_memory_limit(None, 0, 1 << 30) == 1 << 30
+    cfg = tw.ConfigProto()
+    cfg.gpu_options.per_process_gpu_memory_fraction = 0.25
+    assert configured_memory_limit(cfg, 0, 1 << 30) == 1 << 28
+    with tw.Session(config=cfg) as sess:
+        dev = next(d for d in sess.list_devices() if d.device_type == "OPENCL")
+        assert dev.allocator.memory_limit == dev.runtime.global_mem_size // 4
     monkeypatch.setenv("TENSORWEAVE_OPENCL_MEMORY_LIMIT", "64K")
     assert configured_memory_limit(None, 0, 1 << 30) == 65536
     with tw.Session() as sess:

@@ -81,3 +81,29 @@ def test_optimizers_match_the_cpu(name):
     np.testing.assert_allclose(got, want, rtol=2e-5, atol=2e-6)
     apply_nodes = [n for n in placement if "Apply" in n or "update" in n]
     assert apply_nodes and all("OPENCL" in placement[n] for n in apply_nodes)
+
+
+def test_a_variable_written_on_the_cpu_is_updated_on_opencl(monkeypatch):
+    # Make OPENCL look like a fast accelerator so the placer moves the update there while
+    # the initializer (an earlier plan) ran on the CPU: the update must copy the value over.
+    from tensorweave_opencl import device as device_mod
+
+    monkeypatch.setattr(device_mod, "CPU_DEVICE_FLOPS", 2e10)
+    monkeypatch.setattr(device_mod, "CPU_DEVICE_NODE_OVERHEAD", 2e-5)
+    g = tw.Graph()
+    with g.as_default():
+        x = tw.placeholder(tw.float32, [200, 200])
+        busy = tw.matmul(tw.matmul(x, x), x)  # keeps the CPU busy in the placer's simulation
+        v = tw.Variable(np.ones((200, 200), np.float32), name="v")
+        step = tw.assign_add(v, tw.ones([200, 200]))
+        init = tw.global_variables_initializer()
+    with tw.Session(graph=g) as sess:
+        md = tw.RunMetadata()
+        sess.run(init, run_metadata=md)
+        assert "CPU" in md.placement["v/Assign"]
+        md = tw.RunMetadata()
+        sess.run([busy, step], {x: np.ones((200, 200), np.float32)}, run_metadata=md)
+        if "OPENCL" not in md.placement["AssignAdd"]:
+            pytest.skip("the placer kept the update on the CPU; nothing to check")
+        np.testing.assert_array_equal(sess.run(v), np.full((200, 200), 2.0, np.float32))
+        np.testing.assert_array_equal(sess.run(v * 2.0), np.full((200, 200), 4.0, np.float32))

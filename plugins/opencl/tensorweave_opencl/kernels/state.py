@@ -7,8 +7,22 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave_opencl.buffer import CLTensor
 from tensorweave_opencl.kernels.common import ALL, NUMERIC, OPENCL
 from tensorweave_opencl.kernels.elementwise import Binary
+
+
+def read_here(store, device):
+    """The store's value as a tensor of ``device``. A value another device wrote (an earlier
+    plan placed the variable on the CPU) is copied over; the executor does the same for
+    plain reads, but update kernels read their ref inputs themselves."""
+    v = store.read()
+    if isinstance(v, CLTensor):
+        return v
+    src = getattr(store, "device", None)
+    if src is not None and not src.host_tensors:
+        return device.copy_from(v, src)
+    return device.to_device(np.asarray(v))
 
 
 def _variable(ctx):
@@ -36,10 +50,11 @@ def _update(expr):
         store = ctx.ref_input(0)
         dt = ctx.attrs["T"].np_dtype
         op = Binary(ctx, expr, dt, dt)
+        device = ctx.device
 
         def update(delta):
             with store.lock:
-                cur = store.read()
+                cur = read_here(store, device)
                 new = op(cur, delta)
                 if new.shape != cur.shape:
                     raise ctx.error(errors.InvalidArgumentError,

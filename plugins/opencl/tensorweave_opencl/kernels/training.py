@@ -11,6 +11,7 @@ from __future__ import annotations
 from tensorweave.framework import errors
 from tensorweave_opencl import program
 from tensorweave_opencl.kernels.common import BUF, FLOAT, I32, OPENCL, launcher, num_elements
+from tensorweave_opencl.kernels.state import read_here
 
 # op -> (kernel, number of ref inputs, index of the gradient among the other inputs)
 KERNELS = {
@@ -49,7 +50,7 @@ def _factory(op_type):
             for lk in locks:
                 lk.acquire()
             try:
-                current = [s.read() for s in stores]
+                current = [read_here(s, device) for s in stores]
                 var = current[0]
                 for s, cur in zip(stores[1:], current[1:]):
                     if cur.shape != var.shape:
