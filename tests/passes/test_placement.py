@@ -4,6 +4,7 @@ import pytest
 import tensorweave as tw
 from tensorweave import plugins
 from tensorweave.framework import errors
+from tensorweave.framework.graph import apply_op
 from tensorweave.passes.cost_model import CostModel
 from tensorweave.passes.placement import DefaultPlacer, simulate
 
@@ -125,9 +126,11 @@ def test_explicit_colocation_is_honoured(cpu, fake, kernels):
 
 
 def test_variables_share_a_device_with_their_ref_consumers(cpu, fake, kernels):
+    # FAKE can hold variables but has no optimizer kernels: the update pulls the whole
+    # group (variable, initializer, update) onto the CPU.
     v = tw.Variable(tw.zeros([128, 128]), name="v")
     x = tw.placeholder(tw.float32, [128, 128], name="x")
-    tw.assign_add(v, tw.matmul(x, x, name="mm"), name="upd")
+    apply_op("ApplyGradientDescent", [v, 0.1, tw.matmul(x, x, name="mm")], name="upd")
     placed = _place([cpu, fake(0, speed=20.0)], kernels)
     assert placed["v"] is cpu and placed["upd"] is cpu and placed["v/Assign"] is cpu
 
@@ -161,11 +164,11 @@ def test_memory_is_freed_after_last_consumer(cpu, fake, kernels):
 
 def test_pinned_to_a_device_without_the_kernel(cpu, fake, kernels):
     with tw.device("/device:FAKE:0"):
-        tw.Variable(tw.zeros([2]), name="v")
-    with pytest.raises(errors.InvalidArgumentError, match=r"Variable node 'v'.*'/device:FAKE:0'.*no kernel"):
+        apply_op("RandomUniform", [tw.constant([2])], {"dtype": tw.float32}, name="r")  # no FAKE kernel
+    with pytest.raises(errors.InvalidArgumentError, match=r"RandomUniform node 'r'.*'/device:FAKE:0'.*no kernel"):
         _place([cpu, fake(0)], kernels)
     placed = _place([cpu, fake(0)], kernels, config=tw.ConfigProto(allow_soft_placement=True))
-    assert placed["v"] is cpu
+    assert placed["r"] is cpu
 
 
 def test_constraint_matching_no_device(cpu, kernels):
@@ -186,7 +189,8 @@ def test_colocation_group_with_disjoint_constraints(cpu, fake, kernels):
 
 
 def test_colocated_with_a_variable_pinned_elsewhere(cpu, fake, kernels):
-    v = tw.Variable(tw.zeros([2]), name="v")  # CPU only
+    v = tw.Variable(tw.zeros([2]), name="v")
+    apply_op("ApplyGradientDescent", [v, 0.1, tw.ones([2])], name="upd")  # CPU only: so is v's group
     with tw.colocate_with(v), tw.device("/device:FAKE:0"):
         tw.identity(v, name="on_fake")
     with pytest.raises(errors.InvalidArgumentError, match="cannot colocate nodes .*'v'.*'on_fake'"):

@@ -135,8 +135,16 @@ def _reader(store, device):
 
 
 def _marking_writes(fn, stores, device):
-    """Wrap an accelerator kernel that updates ``stores`` so they remember the device."""
+    """Wrap a kernel that updates ``stores``: a value last written by another device is
+    moved here first (update kernels read the store themselves), and afterwards the stores
+    remember this device."""
     def compute(*args):
+        for s in stores:
+            src = s.device
+            if src is not None and src is not device and src.name != device.name and s.value is not None \
+                    and not (src.host_tensors and device.host_tensors):
+                s.value = device.copy_from(s.value, src)
+                s.device = device
         out = fn(*args)
         for s in stores:
             s.device = device
