@@ -1,6 +1,7 @@
 """End to end: the digits MLP trains on OPENCL exactly as on the CPU; plans mixing CPU and
 OPENCL nodes exchange tensors through Send/Recv; the conformance kit passes."""
 
+import contextlib
 import os
 
 import numpy as np
@@ -24,16 +25,25 @@ def _mlp(device, sparse=True):
     rng = np.random.default_rng(0)
     w1_0 = (rng.standard_normal((64, HIDDEN)) * 0.1).astype(np.float32)
     w2_0 = (rng.standard_normal((HIDDEN, 10)) * 0.1).astype(np.float32)
+    # "mixed": the hidden layer on OPENCL, the output layer on the CPU (gradients are placed
+    # by the placer, updates go with their variables).
+    mixed = device == "mixed"
+
+    def scope(spec):
+        return tw.device(spec) if mixed else contextlib.nullcontext()
+
     g = tw.Graph()
-    with g.as_default(), tw.device(device):
+    with g.as_default(), tw.device(None if mixed else device):
         x = tw.placeholder(tw.float32, [None, 64], name="x")
         y = tw.placeholder(tw.int32, [None], name="y")
-        w1 = tw.Variable(w1_0, name="w1")
-        b1 = tw.Variable(np.zeros(HIDDEN, np.float32), name="b1")
-        w2 = tw.Variable(w2_0, name="w2")
-        b2 = tw.Variable(np.zeros(10, np.float32), name="b2")
-        h = tw.nn.relu(tw.matmul(x, w1) + b1)
-        logits = tw.matmul(h, w2) + b2
+        with scope("/device:OPENCL:0"):
+            w1 = tw.Variable(w1_0, name="w1")
+            b1 = tw.Variable(np.zeros(HIDDEN, np.float32), name="b1")
+            h = tw.nn.relu(tw.matmul(x, w1) + b1)
+        with scope("/device:CPU:0"):
+            w2 = tw.Variable(w2_0, name="w2")
+            b2 = tw.Variable(np.zeros(10, np.float32), name="b2")
+            logits = tw.matmul(h, w2) + b2
         if sparse:
             xent = tw.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits)
         else:
@@ -73,6 +83,15 @@ def test_digits_mlp_trains_on_opencl_like_on_cpu(digits, sparse):
     # trained: the same test accuracy (within 1%), and a useful one
     assert abs(acc_cl - acc_cpu) <= 0.01, (acc_cl, acc_cpu)
     assert acc_cl > 0.85
+
+
+def test_digits_mlp_trains_with_mixed_placement_like_on_cpu(digits):
+    first_mix, acc_mix, placement = _fit("mixed", digits)
+    first_cpu, acc_cpu, _ = _fit("/device:CPU:0", digits)
+    assert placement["w1"].endswith("OPENCL:0") and placement["w2"].endswith("CPU:0"), placement
+    for a, b in zip(first_mix, first_cpu):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    assert abs(acc_mix - acc_cpu) <= 0.01, (acc_mix, acc_cpu)
 
 
 def _losses(device, digits, config=None, steps=30):
