@@ -154,3 +154,19 @@ def test_a_variable_written_on_one_device_is_read_correctly_from_another():
         np.testing.assert_allclose(s.run(doubled), [4.0, 6.0])
         np.testing.assert_allclose(s.run(w), [2.0, 3.0])
         assert s.placement(grow, {x: 0})[w.op.name] == FAKE0  # it really lived on FAKE:0
+
+
+def test_traced_multi_device_steps_feed_measured_costs_back():
+    x = tw.placeholder(tw.float32, [64, 64], name="x")
+    with tw.device("/device:FAKE:0"):
+        y = tw.matmul(x, x, name="mm_fake")
+    with tw.device("/device:CPU:0"):
+        z = tw.reduce_sum(y, name="total")
+    with tw.Session() as s:
+        md = tw.RunMetadata()
+        s.run(z, {x: np.ones((64, 64), np.float32)},
+              options=tw.RunOptions(trace_level=tw.RunOptions.FULL_TRACE), run_metadata=md)
+        by_node = {st["node"]: st for st in md.step_stats}
+        assert by_node["mm_fake"]["device"] == FAKE0 and by_node["total"]["device"] == CPU
+        assert by_node["mm_fake"]["output_bytes"] == 64 * 64 * 4  # sized from the FakeTensor
+        assert FAKE0 in s._cost_model.measured["mm_fake"]  # the placer will use this measurement

@@ -64,14 +64,15 @@ def flat_input_is_ref(op) -> list[bool]:
 class StepContext:
     """Per-run information handed to kernels that ask for it (``takes_context``/async)."""
 
-    __slots__ = ("step_id", "rendezvous", "options", "cancelled", "session")
+    __slots__ = ("step_id", "rendezvous", "options", "cancelled", "session", "stats")
 
-    def __init__(self, step_id=0, rendezvous=None, options=None, session=None):
+    def __init__(self, step_id=0, rendezvous=None, options=None, session=None, stats=None):
         self.step_id = step_id
         self.rendezvous = rendezvous
         self.options = options
         self.cancelled = False
         self.session = session
+        self.stats = stats  # per-node timings are appended here when the run is traced
 
 
 class _Node:
@@ -613,6 +614,7 @@ class _DynamicState:
         self.outstanding = len(part.nodes)
         self.done = threading.Event()
         self.error = None
+        self.stats = step.stats  # a list to append per-node timings to, when tracing
         if self.outstanding == 0:
             self.done.set()
 
@@ -649,9 +651,14 @@ class _DynamicState:
                     if n.kd.is_async:
                         n.fn(self.step, self._make_done(n), *args)
                         continue
+                    t0 = time.perf_counter()
                     with np.errstate(all="ignore"):
                         res = n.fn(self.step, *args) if n.kd.takes_context else n.fn(*args)
                     self.part._store(n, res, self.vals)
+                    if self.stats is not None and not isinstance(n.op, _SyntheticOp):
+                        self.stats.append({"node": n.op.name, "op": n.op.type, "device": self.part.device.name,
+                                           "start": t0, "end": time.perf_counter(),
+                                           "output_bytes": sum(_nbytes(vals[s]) for s in n.outs)})
                 except Exception as e:  # noqa: BLE001 - reported once the step drains
                     self._fail(e, n)
                 self._dispatch(self._finish(n), queue)

@@ -267,11 +267,12 @@ class Session:
         elif self._config.operation_timeout_in_ms:
             timeout = self._config.operation_timeout_in_ms / 1000.0
         tracing = options is not None and options.trace_level and run_metadata is not None
+        stats = run_metadata.step_stats if tracing else None
         if plan.partitions is not None:
-            out = self._execute_partitions(plan, feed_vals, options, timeout)
+            out = self._execute_partitions(plan, feed_vals, options, timeout, stats)
         else:
             part = plan.partition
-            step = StepContext(next(self._step_ids), None, options, self)
+            step = StepContext(next(self._step_ids), None, options, self, stats)
             if plan.dynamic:
                 out = part.run_dynamic(feed_vals, step, self._thread_pool(), timeout)
             elif tracing:
@@ -285,14 +286,14 @@ class Session:
             run_metadata.allocator_stats = {d.name: d.allocator.stats() for d in self._devices}
         return out
 
-    def _execute_partitions(self, plan: _Plan, feed_vals, options, timeout):
+    def _execute_partitions(self, plan: _Plan, feed_vals, options, timeout, stats=None):
         """Run every partition of a multi-device plan at once; they meet in one rendezvous.
 
         A failure anywhere aborts the rendezvous, which fails every pending Recv, so all
         partitions finish and the step raises the error that started it (never hangs).
         """
         rendezvous = LocalRendezvous()
-        step = StepContext(next(self._step_ids), rendezvous, options, self)
+        step = StepContext(next(self._step_ids), rendezvous, options, self, stats)
         pool = self._thread_pool()
         states, errs = [], []
         for cp in plan.partitions:
