@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.ops import index_math
 from tensorweave.ops.array_ops import range_length, strided_slice_index
 
 CPU = "CPU"
@@ -141,19 +142,10 @@ def _split_v(ctx):
             raise ctx.error(_E, "cannot split a scalar")
         a = _norm_axis(ctx, axis, value.ndim, "split axis")
         sizes = _int_list(ctx, size_splits, "size_splits")
-        d = value.shape[a]
-        if len(sizes) != num:
-            raise ctx.error(_E, f"size_splits has {len(sizes)} elements but num_split is {num}")
-        if any(s < -1 for s in sizes) or sizes.count(-1) > 1:
-            raise ctx.error(_E, f"size_splits {sizes} must be >= 0, with at most one -1 (inferred)")
-        known = sum(s for s in sizes if s != -1)
-        if -1 in sizes:
-            if known > d:
-                raise ctx.error(_E, f"size_splits {sizes} add up to more than dimension {a} of the input "
-                                    f"{value.shape} (size {d})")
-            sizes = [d - known if s == -1 else s for s in sizes]
-        elif known != d:
-            raise ctx.error(_E, f"size_splits {sizes} must add up to dimension {a} of the input {value.shape} (size {d})")
+        try:
+            sizes = index_math.resolve_split_sizes(sizes, value.shape[a], a, value.shape, num)
+        except ValueError as e:
+            raise ctx.error(_E, str(e)) from None
         parts = np.split(value, np.cumsum(sizes)[:-1], axis=a)
         return parts[0] if num == 1 else tuple(parts)
     return split_v
@@ -322,13 +314,10 @@ def _broadcast_to(ctx):
 
 def _invert_permutation(ctx):
     def invert_permutation(x):
-        p = _int_list(ctx, x, "x")
-        n = len(p)
-        if sorted(p) != list(range(n)):
-            raise ctx.error(_E, f"{p} is not a permutation of 0..{n - 1}")
-        out = np.empty(n, dtype=x.dtype)
-        out[x] = np.arange(n, dtype=x.dtype)
-        return out
+        try:
+            return index_math.invert_permutation(_int_list(ctx, x, "x"), x.dtype)
+        except ValueError as e:
+            raise ctx.error(_E, str(e)) from None
     return invert_permutation
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.ops import index_math
 
 CPU = "CPU"
 
@@ -473,29 +474,15 @@ def _string_concat(x, y):
     return np.frompyfunc(lambda a, b: a + b, 2, 1)(x, y).astype(object)
 
 
-def _broadcast_gradient_args(s0, s1):
-    """Axes to sum for each operand of a broadcast (TensorFlow's BroadcastGradientArgs)."""
-    s0, s1 = [int(d) for d in s0], [int(d) for d in s1]
-    n = max(len(s0), len(s1))
-    a = [1] * (n - len(s0)) + s0
-    b = [1] * (n - len(s1)) + s1
-    r0, r1 = [], []
-    for i, (x, y) in enumerate(zip(a, b)):
-        if x == y:
-            continue
-        if x == 1:
-            r0.append(i)
-        elif y == 1:
-            r1.append(i)
-        else:
-            raise errors.InvalidArgumentError(f"incompatible shapes for broadcasting: {s0} and {s1}")
-    for i in range(n - len(s0)):
-        if i not in r0:
-            r0.append(i)
-    for i in range(n - len(s1)):
-        if i not in r1:
-            r1.append(i)
-    return np.array(sorted(r0), dtype=np.int32), np.array(sorted(r1), dtype=np.int32)
+def _broadcast_gradient_args(ctx):
+    dt = ctx.output_dtypes[0].np_dtype
+
+    def bga(s0, s1):
+        try:
+            return index_math.broadcast_gradient_args(s0, s1, dt)
+        except ValueError as e:
+            raise ctx.error(errors.InvalidArgumentError, str(e)) from None
+    return bga
 
 
 def _reduced_shape(ctx):
@@ -513,6 +500,5 @@ def _reduced_shape(ctx):
 
 
 def register_gradient_helpers(reg):
-    reg.register("BroadcastGradientArgs", CPU, factory=lambda ctx: (
-        lambda s0, s1, _dt=ctx.output_dtypes[0].np_dtype: tuple(r.astype(_dt) for r in _broadcast_gradient_args(s0, s1))))
+    reg.register("BroadcastGradientArgs", CPU, factory=_broadcast_gradient_args)
     reg.register("ReducedShape", CPU, factory=_reduced_shape)

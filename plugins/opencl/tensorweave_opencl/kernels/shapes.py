@@ -9,6 +9,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.ops import index_math
 from tensorweave.ops.array_ops import range_length
 from tensorweave_opencl.kernels.common import ALL, INDEX, NUMERIC, OPENCL, host, int_list
 
@@ -49,23 +50,10 @@ def _broadcast_gradient_args(ctx):
     dt = ctx.output_dtypes[0].np_dtype
 
     def bga(s0, s1):
-        a, b = [int(d) for d in s0], [int(d) for d in s1]
-        n = max(len(a), len(b))
-        a = [1] * (n - len(a)) + a
-        b = [1] * (n - len(b)) + b
-        r0, r1 = [], []
-        for i, (x, y) in enumerate(zip(a, b)):
-            if x == y:
-                continue
-            if x == 1:
-                r0.append(i)
-            elif y == 1:
-                r1.append(i)
-            else:
-                raise ctx.error(_E, f"incompatible shapes for broadcasting: {list(s0)} and {list(s1)}")
-        r0 += [i for i in range(n - len(s0)) if i not in r0]
-        r1 += [i for i in range(n - len(s1)) if i not in r1]
-        return np.array(sorted(r0), dtype=dt), np.array(sorted(r1), dtype=dt)
+        try:
+            return index_math.broadcast_gradient_args(s0, s1, dt)
+        except ValueError as e:
+            raise ctx.error(_E, str(e)) from None
     return _on_device(ctx, bga)
 
 
@@ -84,13 +72,10 @@ def _reduced_shape(ctx):
 
 def _invert_permutation(ctx):
     def invert_permutation(x):
-        p = int_list(ctx, x, "x")
-        n = len(p)
-        if sorted(p) != list(range(n)):
-            raise ctx.error(_E, f"{p} is not a permutation of 0..{n - 1}")
-        out = np.empty(n, dtype=x.dtype)
-        out[x] = np.arange(n, dtype=x.dtype)
-        return out
+        try:
+            return index_math.invert_permutation(int_list(ctx, x, "x"), x.dtype)
+        except ValueError as e:
+            raise ctx.error(_E, str(e)) from None
     return _on_device(ctx, invert_permutation)
 
 

@@ -13,6 +13,7 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from tensorweave.framework import errors
+from tensorweave.ops import index_math
 from tensorweave.ops.array_ops import strided_slice_index
 from tensorweave_opencl.kernels.array import fill_value
 from tensorweave_opencl.kernels.common import ALL, OPENCL, StridedCopy, contiguous_strides, host, int_list, norm_axis
@@ -125,19 +126,10 @@ def _split_v(ctx):
             raise ctx.error(_E, "cannot split a scalar")
         a = norm_axis(ctx, int(host(axis)), value.ndim, "split axis")
         sizes = int_list(ctx, size_splits, "size_splits")
-        d = value.shape[a]
-        if len(sizes) != num:
-            raise ctx.error(_E, f"size_splits has {len(sizes)} elements but num_split is {num}")
-        if any(s < -1 for s in sizes) or sizes.count(-1) > 1:
-            raise ctx.error(_E, f"size_splits {sizes} must be >= 0, with at most one -1 (inferred)")
-        known = sum(s for s in sizes if s != -1)
-        if -1 in sizes:
-            if known > d:
-                raise ctx.error(_E, f"size_splits {sizes} add up to more than dimension {a} of the input "
-                                    f"{value.shape} (size {d})")
-            sizes = [d - known if s == -1 else s for s in sizes]
-        elif known != d:
-            raise ctx.error(_E, f"size_splits {sizes} must add up to dimension {a} of the input {value.shape} (size {d})")
+        try:
+            sizes = index_math.resolve_split_sizes(sizes, value.shape[a], a, value.shape, num)
+        except ValueError as e:
+            raise ctx.error(_E, str(e)) from None
         return _pieces(ctx, copy, device, value, a, sizes)
     return split_v
 
