@@ -142,3 +142,43 @@ class SessionResources:
         else:
             for c in containers:
                 self.manager_for(c).reset([c])
+
+
+class StoreUpdate:
+    """What every device's optimizer-update kernel (ApplyAdam, ...) needs around its math:
+    the variable and its slots must be distinct, and are locked in one fixed order (by
+    identity) so concurrent updates sharing a store can never deadlock.
+
+    Built once per node in a kernel factory; ``with update:`` holds all the locks.
+    """
+
+    def __init__(self, ctx, stores):
+        if len({id(s) for s in stores}) != len(stores):
+            raise ctx.error(errors.InvalidArgumentError,
+                            f"the variable and its slots must be distinct variables, got {[s.name for s in stores]}")
+        self.ctx = ctx
+        self.stores = stores
+        self._locks = [s.lock for s in sorted(stores, key=id)]
+
+    def __enter__(self):
+        for lk in self._locks:
+            lk.acquire()
+        return self
+
+    def __exit__(self, *exc):
+        for lk in reversed(self._locks):
+            lk.release()
+        return False
+
+    def check_shapes(self, current, grad) -> None:
+        """Slots must have the variable's shape, and so must the gradient."""
+        var, first = current[0], self.stores[0]
+        for s, cur in zip(self.stores[1:], current[1:]):
+            if cur.shape != var.shape:
+                raise self.ctx.error(errors.InvalidArgumentError,
+                                     f"slot {s.name} of shape {cur.shape} does not match variable "
+                                     f"{first.name} of shape {var.shape}")
+        if grad.shape != var.shape:
+            raise self.ctx.error(errors.InvalidArgumentError,
+                                 f"gradient of shape {grad.shape} does not match variable {first.name} "
+                                 f"of shape {var.shape}")

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.runtime.containers import StoreUpdate
 
 CPU = "CPU"
 
@@ -71,12 +72,7 @@ def _factory(op_type):
     def factory(ctx):
         attrs = ctx.attrs
         stores = [ctx.ref_input(i) for i in range(n_refs)]
-        unique = list({id(s): s for s in stores}.values())
-        if len(unique) != len(stores):
-            names = [s.name for s in stores]
-            raise ctx.error(errors.InvalidArgumentError,
-                            f"the variable and its slots must be distinct variables, got {names}")
-        locks = [s.lock for s in sorted(unique, key=id)]
+        guard = StoreUpdate(ctx, stores)
         arg_names = [t.name for t in ctx.op.inputs[n_refs:]]
 
         def update(*args):
@@ -85,27 +81,13 @@ def _factory(op_type):
                 if i != grad_index and np.ndim(a) != 0:
                     raise ctx.error(errors.InvalidArgumentError,
                                     f"'{name}' must be a scalar, got a value of shape {np.shape(a)}")
-            for lk in locks:
-                lk.acquire()
-            try:
+            with guard:
                 current = [s.read() for s in stores]
-                var = current[0]
-                for s, cur in zip(stores[1:], current[1:]):
-                    if cur.shape != var.shape:
-                        raise ctx.error(errors.InvalidArgumentError,
-                                        f"slot {s.name} of shape {cur.shape} does not match variable "
-                                        f"{stores[0].name} of shape {var.shape}")
-                if grad.shape != var.shape:
-                    raise ctx.error(errors.InvalidArgumentError,
-                                    f"gradient of shape {grad.shape} does not match variable {stores[0].name} "
-                                    f"of shape {var.shape}")
+                guard.check_shapes(current, grad)
                 new = formula(attrs, *current, *args)
-                new = [np.asarray(x, dtype=var.dtype) for x in new]
+                new = [np.asarray(x, dtype=current[0].dtype) for x in new]
                 for s, x in zip(stores, new):
                     s.value = x
-            finally:
-                for lk in reversed(locks):
-                    lk.release()
             return new[0]
         return update
     return factory

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from tensorweave.runtime.containers import StoreUpdate
 from tensorweave_cuda.kernels import catalog
 from tensorweave_cuda.kernels.util import E, gpu, launch
 from tensorweave_cuda.kernels.util import register as reg_kernel
@@ -75,16 +76,12 @@ def _training(op):
         dt = catalog.dtype(ctx.attrs["T"])
         ref = catalog.training_kernel(op, dt)
         stores = [ctx.ref_input(i) for i in range(n_refs)]
-        if len({id(s) for s in stores}) != n_refs:
-            raise ctx.error(E, f"the variable and its slots must be distinct variables, got {[s.name for s in stores]}")
-        locks = [s.lock for s in sorted(stores, key=id)]
+        guard = StoreUpdate(ctx, stores)
         nesterov = int(bool(ctx.attrs.get("use_nesterov", False)))
         names = [t.name for t in ctx.op.inputs[n_refs:]]
 
         def apply(*args):
-            for lk in locks:
-                lk.acquire()
-            try:
+            with guard:
                 cur = [gpu(dev, s.read()) for s in stores]
                 shape = cur[0].shape
                 for s, c in zip(stores[1:], cur[1:]):
@@ -103,9 +100,6 @@ def _training(op):
                 launch(dev, ref, n, *ptrs, n, *extra)
                 for s, o in zip(stores, outs):
                     s.value = o
-            finally:
-                for lk in reversed(locks):
-                    lk.release()
             return outs[0]
         return apply
     return factory

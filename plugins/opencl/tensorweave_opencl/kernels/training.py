@@ -9,6 +9,7 @@ reads and stores them. Hyper-parameters stay on the device: no step waits for th
 from __future__ import annotations
 
 from tensorweave.framework import errors
+from tensorweave.runtime.containers import StoreUpdate
 from tensorweave_opencl import program
 from tensorweave_opencl.kernels.common import BUF, FLOAT, I32, OPENCL, launcher, num_elements
 from tensorweave_opencl.kernels.state import read_here
@@ -33,11 +34,7 @@ def _factory(op_type):
         defines = {"T": program.ctype(dt), "NESTEROV": int(bool(attrs.get("use_nesterov", False)))}
         launch = launcher(ctx, "training.cl", kernel, [BUF] * (2 * n_refs + n_other) + [I32], defines)
         stores = [ctx.ref_input(i) for i in range(n_refs)]
-        unique = list({id(s): s for s in stores}.values())
-        if len(unique) != len(stores):
-            raise ctx.error(errors.InvalidArgumentError,
-                            f"the variable and its slots must be distinct variables, got {[s.name for s in stores]}")
-        locks = [s.lock for s in sorted(unique, key=id)]
+        guard = StoreUpdate(ctx, stores)
         arg_names = [t.name for t in ctx.op.inputs[n_refs:]]
         device = ctx.device
 
@@ -47,30 +44,17 @@ def _factory(op_type):
                 if i != grad_index and a.shape != ():
                     raise ctx.error(errors.InvalidArgumentError,
                                     f"'{name}' must be a scalar, got a value of shape {a.shape}")
-            for lk in locks:
-                lk.acquire()
-            try:
+            with guard:
                 current = [read_here(s, device) for s in stores]
+                guard.check_shapes(current, grad)
                 var = current[0]
-                for s, cur in zip(stores[1:], current[1:]):
-                    if cur.shape != var.shape:
-                        raise ctx.error(errors.InvalidArgumentError,
-                                        f"slot {s.name} of shape {cur.shape} does not match variable "
-                                        f"{stores[0].name} of shape {var.shape}")
-                if grad.shape != var.shape:
-                    raise ctx.error(errors.InvalidArgumentError,
-                                    f"gradient of shape {grad.shape} does not match variable {stores[0].name} "
-                                    f"of shape {var.shape}")
                 new = [device.empty(var.shape, var.dtype) for _ in stores]
                 n = num_elements(var.shape)
                 if n:
                     launch.run(n, *[t.block.buf for t in new], *[t.block.buf for t in current],
-                           *[a.block.buf for a in args], n)
+                               *[a.block.buf for a in args], n)
                 for s, x in zip(stores, new):
                     s.value = x
-            finally:
-                for lk in reversed(locks):
-                    lk.release()
             return new[0]
         return update
     return factory
