@@ -24,6 +24,22 @@ def tensorweave_register_ops(registry):
 
 
 @hookimpl
+def tensorweave_register_kernels(registry):
+    # The control-flow primitives are interpreted by the executor (runtime/frames.py): they
+    # only route device handles, so every device type runs them ("*"). The compute functions
+    # below are never called; they exist so placement sees the ops as runnable anywhere.
+    from tensorweave.ops.control_ops import CONTROL_FLOW_OPS
+
+    def _interpreted(ctx):
+        def compute(*args):
+            raise AssertionError(f"{ctx.op_type} is interpreted by the executor")
+        return compute
+
+    for op in sorted(CONTROL_FLOW_OPS):
+        registry.register(op, "*", factory=_interpreted, host_memory=("pred",) if op == "Switch" else ())
+
+
+@hookimpl
 def tensorweave_register_passes(registry):
     from tensorweave.passes.prune import prune_pass
 

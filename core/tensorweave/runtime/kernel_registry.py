@@ -181,7 +181,11 @@ class KernelRegistry:
         return deco
 
     def lookup(self, op_type: str, device_type: str, attrs: dict) -> KernelDef | None:
+        """The kernel for the device type, else one registered for every device type ("*")."""
         for kd in self._by_key.get((op_type, device_type), ()):
+            if kd.matches(attrs):
+                return kd
+        for kd in self._by_key.get((op_type, "*"), ()):
             if kd.matches(attrs):
                 return kd
         return None
@@ -205,7 +209,7 @@ class KernelRegistry:
                 and (attrs is None or any(k.matches(attrs) for k in ks))]
 
     def ops_for_device(self, device_type: str) -> list[str]:
-        return sorted(o for (o, dt) in self._by_key if dt == device_type.upper())
+        return sorted({o for (o, dt) in self._by_key if dt in (device_type.upper(), "*")})
 
     def items(self):
         return [(k, kd) for k, ks in self._by_key.items() for kd in ks]

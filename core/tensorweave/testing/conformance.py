@@ -59,7 +59,10 @@ AUX_TYPE_ATTRS = frozenset({"Tidx", "Tshape", "Tperm", "Index", "Tmultiples", "T
                             "Tnumsegments", "index_type", "Tpaddings", "out_idx"})
 
 # Ops that produce no values to compare: the runtime feeds placeholders and NoOp only orders.
-STRUCTURAL = frozenset({"Placeholder", "NoOp"})
+# Nothing to compare: no value (Placeholder, NoOp), or interpreted by the executor for every
+# device (the control-flow primitives; tested through tw.cond/tw.while_loop instead).
+STRUCTURAL = frozenset({"Placeholder", "NoOp", "Switch", "Merge", "Enter", "Exit", "NextIteration",
+                        "LoopCond", "ControlTrigger"})
 
 
 class ConformanceFailure(AssertionError):
