@@ -29,7 +29,7 @@ from tensorweave.framework.graph import (
 )
 from tensorweave.framework.serialization import import_graph_def
 from tensorweave.framework.tensor_shape import TensorShape
-from tensorweave import layers, train
+from tensorweave import layers, python_io, train
 from tensorweave.ops import nn
 from tensorweave.ops.init_ops import *  # noqa: F401,F403
 from tensorweave.ops.variable_scope import *  # noqa: F401,F403
