@@ -64,7 +64,7 @@ def flat_input_is_ref(op) -> list[bool]:
 class StepContext:
     """Per-run information handed to kernels that ask for it (``takes_context``/async)."""
 
-    __slots__ = ("step_id", "rendezvous", "options", "cancelled", "session", "stats")
+    __slots__ = ("step_id", "rendezvous", "options", "cancelled", "session", "stats", "_cancel_cbs")
 
     def __init__(self, step_id=0, rendezvous=None, options=None, session=None, stats=None):
         self.step_id = step_id
@@ -73,6 +73,30 @@ class StepContext:
         self.cancelled = False
         self.session = session
         self.stats = stats  # per-node timings are appended here when the run is traced
+        self._cancel_cbs = None
+
+    def on_cancel(self, fn) -> bool:
+        """Call ``fn()`` when the step is cancelled (timeout, or another node failed), so an
+        async kernel parked outside the executor (a blocked queue dequeue) gives its wait
+        back. False, without registering, when the step is already cancelled."""
+        with _cancel_lock:
+            if self.cancelled:
+                return False
+            if self._cancel_cbs is None:
+                self._cancel_cbs = []
+            self._cancel_cbs.append(fn)
+            return True
+
+    def cancel(self) -> None:
+        """Mark the step cancelled and run the ``on_cancel`` callbacks (once each)."""
+        with _cancel_lock:
+            self.cancelled = True
+            cbs, self._cancel_cbs = self._cancel_cbs, None
+        for fn in cbs or ():
+            fn()
+
+
+_cancel_lock = threading.Lock()  # guards StepContext cancellation state (rarely contended)
 
 
 class _Node:
@@ -578,7 +602,7 @@ class CompiledPartition:
             err = errors.DeadlineExceededError(
                 f"step timed out after {timeout:.3f}s on {self.device.name}; still pending: "
                 f"{state.pending_names()}")
-            state.step.cancelled = True
+            state.step.cancel()
             self._abort_step(state.step, err)
             raise err
         if state.error is not None:
@@ -693,7 +717,7 @@ class _DynamicState:
             first = self.error is None
             if first:
                 self.error = (e, n.op)
-        self.step.cancelled = True
+        self.step.cancel()
         if first and self.step.rendezvous is not None and not isinstance(e, errors.AbortedError):
             self.step.rendezvous.abort(wrap_kernel_error(e, n.op, self.part.device))
 
