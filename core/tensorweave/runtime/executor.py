@@ -101,7 +101,7 @@ _cancel_lock = threading.Lock()  # guards StepContext cancellation state (rarely
 
 class _Node:
     __slots__ = ("op", "fn", "kd", "ins", "outs", "kind", "pre", "consumers", "pending",
-                 "expensive", "track", "unwrap")
+                 "expensive", "track", "unwrap", "frees")
 
 
 def _nbytes(v) -> int:
@@ -277,6 +277,7 @@ class CompiledPartition:
         # Recv steps: ready at the start, they complete when the value arrives.
         next_id = -len(recvs) - 1
         recv_of: dict = {}
+        recv_big: set = set()
         for r in recvs:
             n = _Node()
             what = r.tensor.name if r.tensor is not None else "^" + r.control_op.name
@@ -288,6 +289,8 @@ class CompiledPartition:
             n.kind = K_GENERIC
             recv_of[r.tensor if r.tensor is not None else r.control_op] = n
             executed.append(n)
+            if r.tensor is not None and (_static_nbytes(r.tensor) or SMALL_BYTES) >= SMALL_BYTES:
+                recv_big.add(n.outs[0])  # freed after its last consumer, like big outputs
 
         # Inputs, variable reads, host-memory conversions and dependency edges.
         preds: dict[_Node, set] = {n: set() for n in executed}
@@ -334,6 +337,13 @@ class CompiledPartition:
                 elif c in recv_of:
                     preds[n].add(recv_of[c])
 
+        # Recv scheduling (passes/recv_scheduling.py, whitepaper 5.2): a Recv starts only
+        # after the local nodes it was told to wait for, so big values arrive when needed.
+        for r in recvs:
+            for w in getattr(r, "wait_for", ()):
+                if w in node_of_op:
+                    preds[recv_of[r.tensor if r.tensor is not None else r.control_op]].add(node_of_op[w])
+
         # Send steps: right after the producer (or the control op) they carry.
         for tr in sends:
             n = _Node()
@@ -365,7 +375,9 @@ class CompiledPartition:
             if isinstance(op, _SyntheticOp):
                 continue
             kd = n.kd
-            key = (op.name, id(op), device.name)
+            # By name, not identity: plans run private copies of the user's nodes, rebuilt
+            # with every plan, and the kernel (its generator state) must outlive them.
+            key = (op.name, device.name)
             if op.op_def.stateful and key in kernel_cache:
                 n.fn = kernel_cache[key]
             else:
@@ -435,6 +447,15 @@ class CompiledPartition:
         for s in big_slots - keep:
             if s in last_use:
                 frees_after.setdefault(last_use[s], []).append(s)
+        # Dynamic runs have no fixed last use: count consumers per step instead, and drop a
+        # big value (or a received one) when its last consumer finishes.
+        freeable = (big_slots | recv_big) - keep
+        self.dyn_uses = {}
+        for n in order:
+            n.frees = tuple(s for s in set(n.ins) | {src for _fn, src, _slot in n.pre if src >= 0}
+                            if s in freeable)
+            for s in n.frees:
+                self.dyn_uses[s] = self.dyn_uses.get(s, 0) + 1
 
         steps = []
         self._slot_node = {}
@@ -634,6 +655,7 @@ class _DynamicState:
         self.step = step
         self.pool = pool
         self.pending = {n: n.pending for n in part.nodes}
+        self.uses = dict(part.dyn_uses)  # consumers left per freeable slot
         self.lock = threading.Lock()
         self.outstanding = len(part.nodes)
         self.done = threading.Event()
@@ -729,6 +751,11 @@ class _DynamicState:
                 self.pending[m] -= 1
                 if self.pending[m] == 0:
                     ready.append(m)
+            for s in n.frees:
+                left = self.uses[s] - 1
+                self.uses[s] = left
+                if left == 0:
+                    self.vals[s] = None
             self.outstanding -= 1
             if self.outstanding == 0:
                 self.done.set()
