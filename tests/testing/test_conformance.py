@@ -17,7 +17,7 @@ REPO = Path(__file__).resolve().parents[2]
 FAKE_DIR = REPO / "tests" / "testing" / "fake"
 STATEFUL = {"ApplyAdagrad", "ApplyAdam", "ApplyGradientDescent", "ApplyMomentum", "ApplyRMSProp", "Assign",
             "AssignAdd", "AssignSub", "IsVariableInitialized", "RandomShuffle", "RandomStandardNormal",
-            "RandomUniform", "RandomUniformInt", "TruncatedNormal", "Variable"}
+            "RandomUniform", "RandomUniformInt", "TruncatedNormal", "Variable", "SaveV2", "RestoreV2"}
 
 
 def run_pytest(cwd, *args, timeout=300):

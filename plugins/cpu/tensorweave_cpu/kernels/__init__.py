@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("array", "math", "random", "state", "control", "nn", "training", "data_flow")
+FAMILIES = ("array", "math", "random", "state", "control", "nn", "training", "data_flow", "checkpoint")
 
 
 def register_all(registry):
