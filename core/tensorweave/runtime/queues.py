@@ -147,6 +147,11 @@ class Queue:
     def closed(self) -> bool:
         return self._closed
 
+    def waiting(self) -> tuple[int, int]:
+        """(parked enqueues, parked dequeues): attempts waiting for room or elements."""
+        with self._lock:
+            return len(self._enqueuers), len(self._dequeuers)
+
     def describe(self) -> str:
         return f"{self.kind} '{self.name}'"
 
