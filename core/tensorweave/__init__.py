@@ -38,6 +38,7 @@ from tensorweave.ops.control_ops import group, no_op
 from tensorweave.ops.gradients import NotDifferentiable, RegisterGradient, gradients, no_gradient
 from tensorweave.ops.control_ops import tuple_ as tuple
 from tensorweave.ops.data_flow_ops import FIFOQueue, QueueBase, RandomShuffleQueue, count_up_to
+from tensorweave.ops.io_ops import *  # noqa: F401,F403
 from tensorweave.ops.math_ops import *  # noqa: F401,F403
 from tensorweave.ops.nn_ops import *  # noqa: F401,F403
 from tensorweave.ops.random_ops import *  # noqa: F401,F403

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("array", "math", "random", "state", "control", "nn", "training", "data_flow", "checkpoint")
+FAMILIES = ("array", "math", "random", "state", "control", "nn", "training", "data_flow", "checkpoint", "io")
 
 
 def register_all(registry):

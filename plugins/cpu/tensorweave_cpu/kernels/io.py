@@ -1,0 +1,350 @@
+"""Input kernels: reader ops over the reader resources (``tensorweave.runtime.readers``),
+file ops, and the decoders (DecodeRaw, DecodeCSV, StringToNumber).
+
+Strings are 0-d or n-d object arrays of ``bytes``. Reads are async kernels: they never hold
+a thread while the filename queue is empty (see ``runtime/readers.py``).
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+import numpy as np
+
+from tensorweave.framework import errors
+from tensorweave.runtime import queues, readers
+
+CPU = "CPU"
+_E = errors.InvalidArgumentError
+
+
+def _bytes_of(v) -> bytes:
+    v = v.item() if isinstance(v, np.ndarray) else v
+    return v.encode() if isinstance(v, str) else v
+
+
+def _str_array(values, shape=None) -> np.ndarray:
+    out = np.empty(len(values) if shape is None else shape, dtype=object)
+    out.ravel()[:] = values  # object arrays: ravel is a view
+    return out
+
+
+# ---------------------------------------------------------------------------------------
+# readers
+def _reader_kernel(make):
+    def factory(ctx):
+        container = ctx.attrs["container"]
+        name = ctx.attrs["shared_name"] or ctx.op.name
+        handle = readers.make_handle(container, name)
+        attrs = dict(ctx.attrs)
+
+        def create():
+            return make(name, attrs)
+
+        def reader_op():
+            readers.lookup_or_create(ctx.resources, container, name, create)
+            return handle
+        return reader_op
+    return factory
+
+
+def _read(ctx):
+    resources = ctx.resources
+
+    def read(step, done, reader_handle, queue_handle):
+        try:
+            reader = readers.lookup(resources, reader_handle)
+            queue = queues.lookup(resources, queue_handle)
+        except errors.OpError as e:
+            done(None, e)
+            return
+
+        def finished(result, error=None):
+            if error is not None:
+                done(None, error)
+            else:
+                done((np.array(result[0], dtype=object), np.array(result[1], dtype=object)))
+        reader.read_async(step, queue, finished)
+    return read
+
+
+def _read_up_to(ctx):
+    resources = ctx.resources
+
+    def read_up_to(step, done, reader_handle, queue_handle, num_records):
+        try:
+            n = int(num_records)
+            if num_records.ndim != 0 or n <= 0:
+                raise ctx.error(_E, f"num_records must be a positive scalar, got {num_records.tolist()}")
+            reader = readers.lookup(resources, reader_handle)
+            queue = queues.lookup(resources, queue_handle)
+        except errors.OpError as e:
+            done(None, e)
+            return
+
+        def finished(result, error=None):
+            if error is not None:
+                done(None, error)
+            else:
+                done((_str_array(result[0]), _str_array(result[1])))
+        reader.read_async(step, queue, finished, num_records=n)
+    return read_up_to
+
+
+def _reset(ctx):
+    resources = ctx.resources
+
+    def reset(step, done, reader_handle):
+        try:
+            reader = readers.lookup(resources, reader_handle)
+        except errors.OpError as e:
+            done(None, e)
+            return
+        reader.reset_async(done)
+    return reset
+
+
+def _counter(attr):
+    def factory(ctx):
+        resources = ctx.resources
+        return lambda handle: np.array(getattr(readers.lookup(resources, handle), attr), dtype=np.int64)
+    return factory
+
+
+# ---------------------------------------------------------------------------------------
+# files
+def _read_file(ctx):
+    def read_file(filename):
+        path = os.fsdecode(_bytes_of(filename))
+        try:
+            with open(path, "rb") as f:
+                return np.array(f.read(), dtype=object)
+        except FileNotFoundError:
+            raise ctx.error(errors.NotFoundError, f"file {path!r} not found") from None
+        except IsADirectoryError:
+            raise ctx.error(errors.FailedPreconditionError, f"{path!r} is a directory, not a file") from None
+        except PermissionError:
+            raise ctx.error(errors.PermissionDeniedError, f"cannot read {path!r}: permission denied") from None
+    return read_file
+
+
+def _write_file(ctx):
+    def write_file(filename, contents):
+        path = os.fsdecode(_bytes_of(filename))
+        data = _bytes_of(contents)
+        try:
+            parent = os.path.dirname(path)
+            if parent:
+                os.makedirs(parent, exist_ok=True)  # as TensorFlow's WriteFile
+            with open(path, "wb") as f:
+                f.write(data)
+        except PermissionError:
+            raise ctx.error(errors.PermissionDeniedError, f"cannot write {path!r}: permission denied") from None
+        except OSError as e:
+            raise ctx.error(errors.UnknownError, f"cannot write {path!r}: {e}") from None
+    return write_file
+
+
+def _matching_files(ctx):
+    def matching_files(pattern):
+        names = set()
+        for p in np.asarray(pattern).ravel():
+            names.update(glob.glob(os.fsdecode(_bytes_of(p))))
+        return _str_array([os.fsencode(n) for n in sorted(names)])
+    return matching_files
+
+
+# ---------------------------------------------------------------------------------------
+# decoding
+def _decode_raw(ctx):
+    dt = ctx.attrs["out_type"].np_dtype
+    if dt == np.bool_:
+        wire = np.dtype(np.uint8)
+    else:
+        wire = np.dtype(dt).newbyteorder("<" if ctx.attrs["little_endian"] else ">")
+    size = wire.itemsize
+
+    def decode_raw(x):
+        flat = [_bytes_of(v) for v in x.ravel()]
+        if not flat:
+            return np.empty(x.shape + (0,), dtype=dt)
+        n0 = len(flat[0])
+        for i, b in enumerate(flat):
+            if len(b) != n0:
+                raise ctx.error(_E, f"DecodeRaw requires all input strings to have one size; element 0 has "
+                                    f"{n0} bytes but element {i} has {len(b)}")
+        if n0 % size:
+            raise ctx.error(_E, f"input to DecodeRaw has length {n0}, not a multiple of {size}, the size of "
+                                f"{ctx.attrs['out_type'].name}")
+        arr = np.frombuffer(b"".join(flat), dtype=wire).reshape(x.shape + (n0 // size,))
+        if dt == np.bool_:
+            return arr != 0
+        return arr.astype(dt)  # native byte order, and a writable array of our own
+    return decode_raw
+
+
+_INT_RANGE = {np.dtype(np.int32): (-(2**31), 2**31 - 1), np.dtype(np.int64): (-(2**63), 2**63 - 1)}
+
+
+def _parse_number(text: bytes, dt: np.dtype):
+    """The value of ``text`` as ``dt``, or None when it is not a valid number of that type.
+    Surrounding whitespace is allowed (as TF's safe_strto*); Python-only syntax such as
+    digit separators (``1_000``) is not."""
+    try:
+        s = text.decode("ascii").strip()
+    except UnicodeDecodeError:
+        return None
+    if not s or "_" in s:
+        return None
+    if dt.kind == "f":
+        try:
+            v = float(s)
+        except ValueError:
+            return None
+        with np.errstate(over="ignore"):
+            return dt.type(v)
+    try:
+        v = int(s, 10)
+    except ValueError:
+        return None
+    lo, hi = _INT_RANGE[dt]
+    return v if lo <= v <= hi else None
+
+
+def _string_to_number(ctx):
+    dt = ctx.attrs["out_type"].np_dtype
+    name = ctx.attrs["out_type"].name
+
+    def string_to_number(x):
+        out = np.empty(x.shape, dtype=dt)
+        flat_out = out.reshape(-1)
+        for i, v in enumerate(x.ravel()):
+            b = _bytes_of(v)
+            r = _parse_number(b, np.dtype(dt))
+            if r is None:
+                raise ctx.error(_E, f"StringToNumber could not convert string {b!r} (element {i}) to {name}")
+            flat_out[i] = r
+        return out
+    return string_to_number
+
+
+def _split_csv(rec: bytes, delim: bytes, quotes: bool, where):
+    """The fields of one CSV record (TensorFlow's DecodeCSV rules)."""
+    if not quotes or b'"' not in rec:
+        return rec.split(delim)
+    fields = []
+    i, n = 0, len(rec)
+    dq = ord('"')
+    d = delim[0]
+    while True:
+        if i < n and rec[i] == dq:
+            i += 1
+            buf = bytearray()
+            while True:
+                if i >= n:
+                    raise errors.InvalidArgumentError(
+                        f"{where()}: a quoted field does not end with a quote (field {len(fields)})")
+                c = rec[i]
+                if c == dq:
+                    if i + 1 < n and rec[i + 1] == dq:
+                        buf.append(dq)
+                        i += 2
+                        continue
+                    i += 1
+                    break
+                buf.append(c)
+                i += 1
+            if i < n and rec[i] != d:
+                raise errors.InvalidArgumentError(
+                    f"{where()}: field {len(fields)}: a quote inside a quoted field must be doubled, and a "
+                    "closing quote must be followed by the delimiter or the end of the record")
+            fields.append(bytes(buf))
+        else:
+            j = rec.find(delim, i)
+            end = n if j < 0 else j
+            field = rec[i:end]
+            if b'"' in field:
+                raise errors.InvalidArgumentError(
+                    f"{where()}: field {len(fields)} is not quoted but contains a quote: {field!r}")
+            fields.append(field)
+            i = end
+        if i >= n:
+            return fields
+        i += 1  # the delimiter
+        if i == n:
+            fields.append(b"")
+            return fields
+
+
+def _decode_csv(ctx):
+    types = [t for t in ctx.attrs["OUT_TYPE"]]
+    delim = ctx.attrs["field_delim"].encode()
+    quotes = ctx.attrs["use_quote_delim"]
+    na = ctx.attrs["na_value"].encode()
+    cols = list(ctx.attrs["select_cols"]) or None
+    ncols = len(types)
+
+    def decode_csv(records, *defaults):
+        defs = []
+        for i, d in enumerate(defaults):
+            if d.ndim > 1 or d.size > 1:
+                raise ctx.error(_E, f"record_defaults[{i}] must have 0 or 1 element, got shape {d.shape}")
+            defs.append(d.reshape(-1)[0] if d.size else None)
+        flat = records.ravel()
+        outs = [np.empty(flat.shape, dtype=object if t.is_string else t.np_dtype) for t in types]
+        for r, raw in enumerate(flat):
+            rec = _bytes_of(raw)
+
+            def where(r=r, rec=rec):
+                shown = rec if len(rec) <= 80 else rec[:77] + b"..."
+                return f"record {r} ({shown!r})"
+
+            fields = _split_csv(rec, delim, quotes, where)
+            if cols is None:
+                if len(fields) != ncols:
+                    raise ctx.error(_E, f"{where()}: expected {ncols} fields but found {len(fields)}")
+                picked = fields
+            else:
+                if len(fields) <= cols[-1]:
+                    raise ctx.error(_E, f"{where()}: select_cols needs field {cols[-1]} but the record has "
+                                        f"{len(fields)} fields")
+                picked = [fields[c] for c in cols]
+            for k, (field, t) in enumerate(zip(picked, types)):
+                col = cols[k] if cols else k
+                if field == b"" or (na and field == na):
+                    if defs[k] is None:
+                        raise ctx.error(_E, f"{where()}: field {col} is required but missing")
+                    outs[k][r] = defs[k]
+                elif t.is_string:
+                    outs[k][r] = field
+                else:
+                    v = _parse_number(field, np.dtype(t.np_dtype))
+                    if v is None:
+                        raise ctx.error(_E, f"{where()}: field {col} is not a valid {t.name}: {field!r}")
+                    outs[k][r] = v
+        return tuple(o.reshape(records.shape) for o in outs)
+    return decode_csv
+
+
+def register(reg):
+    reg.register("WholeFileReaderV2", CPU, factory=_reader_kernel(lambda name, a: readers.WholeFileReader(name)))
+    reg.register("TextLineReaderV2", CPU, factory=_reader_kernel(
+        lambda name, a: readers.TextLineReader(name, a["skip_header_lines"])))
+    reg.register("FixedLengthRecordReaderV2", CPU, factory=_reader_kernel(
+        lambda name, a: readers.FixedLengthRecordReader(name, a["record_bytes"], a["header_bytes"],
+                                                         a["footer_bytes"], a["hop_bytes"], a["encoding"])))
+    reg.register("TFRecordReaderV2", CPU, factory=_reader_kernel(
+        lambda name, a: readers.TFRecordReader(name, a["compression_type"])))
+    reg.register("ReaderReadV2", CPU, factory=_read, is_async=True)
+    reg.register("ReaderReadUpToV2", CPU, factory=_read_up_to, is_async=True)
+    reg.register("ReaderResetV2", CPU, factory=_reset, is_async=True)
+    reg.register("ReaderNumRecordsProducedV2", CPU, factory=_counter("num_records_produced"))
+    reg.register("ReaderNumWorkUnitsCompletedV2", CPU, factory=_counter("num_work_units_completed"))
+    reg.register("ReadFile", CPU, factory=_read_file)
+    reg.register("WriteFile", CPU, factory=_write_file)
+    reg.register("MatchingFiles", CPU, factory=_matching_files)
+    reg.register("DecodeRaw", CPU, factory=_decode_raw)
+    reg.register("DecodeCSV", CPU, factory=_decode_csv)
+    reg.register("StringToNumber", CPU, factory=_string_to_number)
+
