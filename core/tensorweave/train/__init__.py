@@ -1,0 +1,54 @@
+"""``tw.train``: optimizers, global step (and later Saver, checkpoints)."""
+
+from tensorweave.ops.io_ops import match_filenames_once
+from tensorweave.train.adagrad import AdagradOptimizer
+from tensorweave.train.adam import AdamOptimizer
+from tensorweave.train.coordinator import Coordinator, LooperThread
+from tensorweave.train.gradient_descent import GradientDescentOptimizer
+from tensorweave.train.input import (
+    batch,
+    input_producer,
+    limit_epochs,
+    range_input_producer,
+    shuffle_batch,
+    slice_input_producer,
+    string_input_producer,
+)
+from tensorweave.train.momentum import MomentumOptimizer
+from tensorweave.train.optimizer import Optimizer
+from tensorweave.train.queue_runner import QueueRunner, add_queue_runner, start_queue_runners
+from tensorweave.train.rmsprop import RMSPropOptimizer
+from tensorweave.train.training_util import (
+    assert_global_step,
+    create_global_step,
+    get_global_step,
+    get_or_create_global_step,
+    global_step,
+)
+
+__all__ = [
+    "Optimizer",
+    "GradientDescentOptimizer",
+    "MomentumOptimizer",
+    "AdagradOptimizer",
+    "AdamOptimizer",
+    "RMSPropOptimizer",
+    "get_global_step",
+    "create_global_step",
+    "get_or_create_global_step",
+    "assert_global_step",
+    "global_step",
+    "Coordinator",
+    "LooperThread",
+    "QueueRunner",
+    "add_queue_runner",
+    "start_queue_runners",
+    "input_producer",
+    "string_input_producer",
+    "range_input_producer",
+    "slice_input_producer",
+    "limit_epochs",
+    "batch",
+    "shuffle_batch",
+    "match_filenames_once",
+]
