@@ -29,6 +29,12 @@ def run_pytest(cwd, *args, timeout=300):
     return proc.returncode, proc.stdout + proc.stderr
 
 
+def cpu_stateful_ops():
+    """Stateful ops with a CPU kernel (queues, readers, savers, ... added by later issues too)."""
+    reg = plugins.registry()
+    return {op for op in reg.kernels.ops_for_device("CPU") if op in reg.ops and reg.ops.get(op).stateful}
+
+
 def core_ops():
     return {name for name, op_def in plugins.registry().ops.items() if op_def.source == "tensorweave"}
 
@@ -57,8 +63,9 @@ def test_fake_accelerator_matches_cpu_and_lacks_the_stateful_ops(tmp_path):
     assert f"{r['ops_checked']} ops checked, 0 failed" in out
     # the fake device wraps the stateless CPU kernels only
     # the fake device holds variables (Variable/Assign/AssignAdd); other stateful ops stay on CPU
-    assert set(r["missing"]) == (STATEFUL - {"Variable", "Assign", "AssignAdd"}) | {"Placeholder"}
-    assert "missing on FAKE compared with CPU (13):" in out
+    assert STATEFUL <= cpu_stateful_ops()
+    assert set(r["missing"]) == (cpu_stateful_ops() - {"Variable", "Assign", "AssignAdd"}) | {"Placeholder"}
+    assert f"missing on FAKE compared with CPU ({len(r['missing'])}):" in out
 
 
 BROKEN_CONFTEST = '''
