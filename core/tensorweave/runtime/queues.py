@@ -312,6 +312,11 @@ class Queue:
             cap = self.capacity
             while self._enqueuers:
                 a = self._enqueuers[0]
+                if a.step is not None and a.step.cancelled:
+                    # Its step already failed or timed out: do not add elements behind its back.
+                    self._enqueuers.popleft()
+                    out.append((a.done, None, errors.CancelledError(f"{self.describe()}: enqueue cancelled")))
+                    continue
                 while a.items and (cap < 0 or self._len() < cap):
                     self._put(a.items.popleft())
                     progress = True
