@@ -1,10 +1,21 @@
-"""``tw.train``: optimizers, global step (and later Saver, checkpoints)."""
+"""``tw.train``: optimizers, global step, input pipelines, Saver and checkpoints, hooks and
+MonitoredTrainingSession."""
 
 from tensorweave.ops.io_ops import match_filenames_once
 from tensorweave.train.adagrad import AdagradOptimizer
 from tensorweave.train.adam import AdamOptimizer
 from tensorweave.train.coordinator import Coordinator, LooperThread
 from tensorweave.train.gradient_descent import GradientDescentOptimizer
+from tensorweave.train.hooks import (
+    CheckpointSaverHook,
+    CheckpointSaverListener,
+    SecondOrStepTimer,
+    SessionRunArgs,
+    SessionRunContext,
+    SessionRunHook,
+    SessionRunValues,
+    StopAtStepHook,
+)
 from tensorweave.train.input import (
     batch,
     input_producer,
@@ -15,9 +26,29 @@ from tensorweave.train.input import (
     string_input_producer,
 )
 from tensorweave.train.momentum import MomentumOptimizer
+from tensorweave.train.monitored_session import (
+    ChiefSessionCreator,
+    MonitoredSession,
+    MonitoredTrainingSession,
+    Scaffold,
+)
 from tensorweave.train.optimizer import Optimizer
 from tensorweave.train.queue_runner import QueueRunner, add_queue_runner, start_queue_runners
 from tensorweave.train.rmsprop import RMSPropOptimizer
+from tensorweave.train.saver import (
+    CheckpointState,
+    NewCheckpointReader,
+    Saver,
+    checkpoint_exists,
+    get_checkpoint_mtimes,
+    get_checkpoint_state,
+    latest_checkpoint,
+    list_variables,
+    load_checkpoint,
+    load_variable,
+    remove_checkpoint,
+    update_checkpoint_state,
+)
 from tensorweave.train.training_util import (
     assert_global_step,
     create_global_step,
@@ -51,4 +82,28 @@ __all__ = [
     "batch",
     "shuffle_batch",
     "match_filenames_once",
+    "Saver",
+    "CheckpointState",
+    "NewCheckpointReader",
+    "checkpoint_exists",
+    "get_checkpoint_mtimes",
+    "get_checkpoint_state",
+    "latest_checkpoint",
+    "list_variables",
+    "load_checkpoint",
+    "load_variable",
+    "remove_checkpoint",
+    "update_checkpoint_state",
+    "SessionRunHook",
+    "SessionRunArgs",
+    "SessionRunContext",
+    "SessionRunValues",
+    "SecondOrStepTimer",
+    "CheckpointSaverHook",
+    "CheckpointSaverListener",
+    "StopAtStepHook",
+    "Scaffold",
+    "ChiefSessionCreator",
+    "MonitoredSession",
+    "MonitoredTrainingSession",
 ]

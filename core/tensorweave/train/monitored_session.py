@@ -1,0 +1,261 @@
+"""``tw.train.MonitoredTrainingSession``: a training session that initializes or restores
+its variables on creation, runs hooks around every ``run`` (periodic checkpoints, stopping
+at a step) and saves a last checkpoint when it closes (single process; whitepaper 3.3).
+
+Creation order (as TF1): hooks' ``begin()``; ``Scaffold.finalize()`` fills in the init op,
+the ready check and the Saver, then the graph is finalized; a Session is created and
+``restore_or_initialize`` — the one place that decides where variable values come from —
+restores the latest checkpoint of ``checkpoint_dir`` or runs the init op; queue runners
+start; hooks' ``after_create_session``. The distributed runtime will re-create sessions
+through the same ``ChiefSessionCreator`` after a worker fails.
+"""
+
+from __future__ import annotations
+
+from tensorweave.framework import errors
+from tensorweave.framework.graph import GraphKeys, get_default_graph
+from tensorweave.train.hooks import CheckpointSaverHook, SessionRunArgs, SessionRunContext, SessionRunValues
+
+__all__ = ["Scaffold", "ChiefSessionCreator", "MonitoredSession", "MonitoredTrainingSession",
+           "restore_or_initialize"]
+
+_USE_DEFAULT = object()
+
+
+class Scaffold:
+    """What a training session needs besides the model: how to initialize variables
+    (``init_op``, ``init_feed_dict``, ``init_fn(scaffold, session)``, ``local_init_op``)
+    and the ``saver``. Missing pieces are created by ``finalize()``."""
+
+    def __init__(self, init_op=None, init_feed_dict=None, init_fn=None, ready_op=None,
+                 ready_for_local_init_op=None, local_init_op=None, summary_op=None, saver=None,
+                 copy_from_scaffold=None):
+        if copy_from_scaffold is not None:
+            init_op = init_op if init_op is not None else copy_from_scaffold.init_op
+            init_feed_dict = init_feed_dict if init_feed_dict is not None else copy_from_scaffold.init_feed_dict
+            init_fn = init_fn if init_fn is not None else copy_from_scaffold._init_fn
+            local_init_op = local_init_op if local_init_op is not None else copy_from_scaffold.local_init_op
+            saver = saver if saver is not None else copy_from_scaffold.saver
+        self.init_op, self.init_feed_dict, self._init_fn = init_op, init_feed_dict, init_fn
+        self.local_init_op, self.saver, self.ready_op = local_init_op, saver, ready_op
+        self._ready_checks = None
+        self._finalized = False
+
+    @property
+    def init_fn(self):
+        return self._init_fn
+
+    def finalize(self):
+        """Create the missing init ops, ready check and Saver; finalize the graph."""
+        if self._finalized:
+            return self
+        from tensorweave.ops import state_ops
+        from tensorweave.ops import variables as variables_mod
+        from tensorweave.train.saver import Saver
+
+        g = get_default_graph()
+        if self.init_op is None:
+            self.init_op = variables_mod.global_variables_initializer()
+        if self.local_init_op is None:
+            self.local_init_op = variables_mod.local_variables_initializer()
+        if self.saver is None:
+            savers = g.get_collection(GraphKeys.SAVERS)
+            if len(savers) > 1:
+                raise errors.FailedPreconditionError(
+                    f"the SAVERS collection holds {len(savers)} savers; pass one as Scaffold(saver=...)")
+            if savers:
+                self.saver = savers[0]
+            else:
+                self.saver = Saver(sharded=True, allow_empty=True)
+                g.add_to_collection(GraphKeys.SAVERS, self.saver)
+        if self.ready_op is None:
+            with g.name_scope("report_uninitialized_variables"):
+                self._ready_checks = [(v.op.name, state_ops.is_variable_initialized(v))
+                                      for v in variables_mod.global_variables() + variables_mod.local_variables()]
+        g.finalize()
+        self._finalized = True
+        return self
+
+    def uninitialized_variables(self, session) -> list:
+        """Names of the variables still without a value (the ready check)."""
+        if self.ready_op is not None:
+            return [x.decode() if isinstance(x, bytes) else str(x) for x in
+                    list(session.run(self.ready_op).reshape(-1))]
+        if not self._ready_checks:
+            return []
+        flags = session.run([t for _, t in self._ready_checks])
+        return [name for (name, _), ok in zip(self._ready_checks, flags) if not ok]
+
+
+def restore_or_initialize(session, scaffold, checkpoint_dir=None, checkpoint_filename_with_path=None):
+    """Give every variable of a new ``session`` a value: restore the given checkpoint, or
+    the latest one in ``checkpoint_dir``, or else run the scaffold's init op (and init_fn);
+    then run the local init op and check that nothing is left uninitialized.
+
+    Returns the checkpoint restored from, or None if the variables were initialized."""
+    from tensorweave.train.saver import latest_checkpoint
+
+    ckpt = checkpoint_filename_with_path
+    if ckpt is None and checkpoint_dir:
+        ckpt = latest_checkpoint(checkpoint_dir)
+    if ckpt is not None:
+        scaffold.saver.restore(session, ckpt)
+    else:
+        if scaffold.init_op is not None:
+            session.run(scaffold.init_op, feed_dict=scaffold.init_feed_dict)
+        if scaffold.init_fn is not None:
+            scaffold.init_fn(scaffold, session)
+    if scaffold.local_init_op is not None:
+        session.run(scaffold.local_init_op)
+    missing = scaffold.uninitialized_variables(session)
+    if missing:
+        source = f"restored from {ckpt}" if ckpt else "initialized by the init op"
+        raise errors.FailedPreconditionError(
+            f"the model is not ready: variables {missing[:10]}{' ...' if len(missing) > 10 else ''} were not "
+            f"{source}; include them in the Saver or the init op")
+    return ckpt
+
+
+class ChiefSessionCreator:
+    """Creates a Session and initializes or restores its variables (``restore_or_initialize``)."""
+
+    def __init__(self, scaffold=None, master="", config=None, checkpoint_dir=None,
+                 checkpoint_filename_with_path=None):
+        self._scaffold = scaffold or Scaffold()
+        self._master, self._config = master, config
+        self._checkpoint_dir = checkpoint_dir
+        self._checkpoint_filename_with_path = checkpoint_filename_with_path
+        self.restored_from = None
+
+    def create_session(self):
+        from tensorweave.runtime.session import Session
+
+        self._scaffold.finalize()
+        session = Session(self._master, graph=get_default_graph(), config=self._config)
+        try:
+            self.restored_from = restore_or_initialize(session, self._scaffold, self._checkpoint_dir,
+                                                       self._checkpoint_filename_with_path)
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+
+class MonitoredSession:
+    """A session that runs ``hooks`` around every ``run`` and stops when one asks to.
+
+    Use it as a context manager; leaving the block closes it (hooks' ``end`` runs unless an
+    error other than OutOfRangeError/StopIteration is propagating; those two are swallowed,
+    as end-of-input)."""
+
+    def __init__(self, session_creator=None, hooks=None, stop_grace_period_secs=120):
+        from tensorweave.train.coordinator import Coordinator
+        from tensorweave.train.queue_runner import start_queue_runners
+
+        self._hooks = list(hooks or [])
+        self._grace = stop_grace_period_secs
+        for h in self._hooks:
+            h.begin()
+        self._creator = session_creator or ChiefSessionCreator()
+        self._sess = self._creator.create_session()
+        self._coord = Coordinator(clean_stop_exception_types=(errors.OutOfRangeError,))
+        self._closed = False
+        self._stop_requested = False
+        try:
+            self._threads = start_queue_runners(sess=self._sess, coord=self._coord)
+            for h in self._hooks:
+                h.after_create_session(self._sess, self._coord)
+        except BaseException:
+            self._close_internal(error=True)
+            raise
+
+    graph = property(lambda self: self._sess.graph)
+    restored_from = property(lambda self: getattr(self._creator, "restored_from", None))
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        """Run ``fetches`` plus whatever the hooks ask for; returns the caller's values."""
+        if self._closed:
+            raise errors.FailedPreconditionError("run() on a closed MonitoredSession")
+        ctx = SessionRunContext(SessionRunArgs(fetches, feed_dict, options), self._sess)
+        actual, feeds = {"caller": fetches}, dict(feed_dict or {})
+        for i, h in enumerate(self._hooks):
+            args = h.before_run(ctx)
+            if args is None:
+                continue
+            if args.fetches is not None:
+                actual[i] = args.fetches
+            for k, v in (args.feed_dict or {}).items():
+                if k in feeds:
+                    raise errors.InvalidArgumentError(
+                        f"hook {type(h).__name__} feeds {getattr(k, 'name', k)}, which is already fed")
+                feeds[k] = v
+            if options is None and args.options is not None:
+                options = args.options
+        try:
+            out = self._sess.run(actual, feeds or None, options, run_metadata)
+        except errors.OutOfRangeError:
+            self._stop_requested = True
+            raise
+        for i, h in enumerate(self._hooks):
+            h.after_run(ctx, SessionRunValues(out.get(i), options, run_metadata))
+        self._stop_requested = self._stop_requested or ctx.stop_requested
+        return out["caller"]
+
+    def should_stop(self) -> bool:
+        return self._closed or self._stop_requested or self._coord.should_stop()
+
+    def close(self):
+        self._close_internal(error=False)
+
+    def _close_internal(self, error: bool):
+        if self._closed:
+            return
+        self._closed = True
+        try:
+            if not error:
+                for h in self._hooks:
+                    h.end(self._sess)
+        finally:
+            try:
+                self._coord.request_stop()
+                if self._threads:
+                    self._coord.join(self._threads, stop_grace_period_secs=self._grace)
+            finally:
+                self._sess.close()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, exc_type, exc, tb):
+        if exc_type is not None and issubclass(exc_type, errors.OutOfRangeError | StopIteration):
+            exc_type = None
+        self._close_internal(error=exc_type is not None)
+        return exc_type is None
+
+
+def MonitoredTrainingSession(master="", is_chief=True, checkpoint_dir=None, scaffold=None,  # noqa: N802 - TF1 name
+                             hooks=None, chief_only_hooks=None, save_checkpoint_secs=_USE_DEFAULT,
+                             save_summaries_steps=_USE_DEFAULT, save_summaries_secs=_USE_DEFAULT, config=None,
+                             stop_grace_period_secs=120, log_step_count_steps=100, max_wait_secs=7200,
+                             save_checkpoint_steps=_USE_DEFAULT, summary_dir=None):
+    """A MonitoredSession for training in this process: restores the latest checkpoint of
+    ``checkpoint_dir`` (or initializes), saves every ``save_checkpoint_steps`` steps or
+    ``save_checkpoint_secs`` seconds (default 600 s when neither is given) and at the end.
+    Summaries and step logging are not implemented (their arguments are accepted)."""
+    if not is_chief:
+        raise errors.UnimplementedError(
+            "MonitoredTrainingSession(is_chief=False): non-chief workers need the distributed runtime")
+    if save_checkpoint_secs is _USE_DEFAULT and save_checkpoint_steps is _USE_DEFAULT:
+        save_checkpoint_secs, save_checkpoint_steps = 600, None
+    elif save_checkpoint_secs is _USE_DEFAULT:
+        save_checkpoint_secs = None
+    elif save_checkpoint_steps is _USE_DEFAULT:
+        save_checkpoint_steps = None
+    scaffold = scaffold or Scaffold()
+    all_hooks = list(hooks or []) + list(chief_only_hooks or [])
+    if checkpoint_dir and ((save_checkpoint_secs or 0) > 0 or (save_checkpoint_steps or 0) > 0):
+        all_hooks.append(CheckpointSaverHook(
+            checkpoint_dir, save_secs=save_checkpoint_secs if (save_checkpoint_secs or 0) > 0 else None,
+            save_steps=save_checkpoint_steps if (save_checkpoint_steps or 0) > 0 else None, scaffold=scaffold))
+    creator = ChiefSessionCreator(scaffold, master, config, checkpoint_dir)
+    return MonitoredSession(creator, all_hooks, stop_grace_period_secs)
