@@ -25,17 +25,19 @@ written to temp files in the same directory, fsynced, then renamed, data first a
 last. A crash leaves either the previous checkpoint untouched (crash before the index
 rename), or, when a save replaces a checkpoint of the same prefix, possibly a complete new
 data file beside the previous index; the reader notices the save ids differ and reads the
-data file's own header. Reading maps the file (``mmap``) and copies each tensor once.
+data file's own header. Reading validates the header against the file size, then reads
+each tensor with ``preadv`` straight into a new array: one copy, only of the tensors asked
+for (measured faster than copying out of an ``mmap``, whose page faults dominate).
 """
 
 from __future__ import annotations
 
 import contextlib
 import json
-import mmap
 import os
 import struct
 import tempfile
+import threading
 import uuid
 import zlib
 
@@ -366,31 +368,40 @@ class SafetensorsFile:
             raise self._lost(f"the header describes {self.data_start + pos} bytes but the file has {size}"
                              + (" (truncated)" if self.data_start + pos > size else ""))
         self.entries = entries
-        self._map = mmap.mmap(f.fileno(), 0, access=mmap.ACCESS_READ) if pos else None
+        self._lock = threading.Lock()  # for the seek+read fallback where preadv is missing
 
-    def raw(self, name: str) -> memoryview:
+    def raw(self, name: str) -> np.ndarray:
+        """The stored bytes of ``name`` as a new uint8 array (8-byte aligned)."""
         _st, _shape, b, end = self.entries[name]
-        if self._map is None or end == b:
-            return memoryview(b"")
-        return memoryview(self._map)[self.data_start + b:self.data_start + end]
+        n = end - b
+        buf = np.empty((n + 7) // 8, dtype=np.uint64).view(np.uint8)[:n]  # aligned for any dtype view
+        view, pos, off = memoryview(buf), 0, self.data_start + b
+        while pos < n:
+            if hasattr(os, "preadv"):
+                got = os.preadv(self._file.fileno(), [view[pos:]], off + pos)
+            else:
+                with self._lock:
+                    self._file.seek(off + pos)
+                    got = self._file.readinto(view[pos:])
+            if not got:
+                raise self._lost(f"tensor '{name}' ends at byte {off + pos} of {off + n}: the file shrank")
+            pos += got
+        return buf
 
-    def array(self, name: str) -> np.ndarray:
-        """The stored tensor as a native-endian array (a copy, independent of the file)."""
+    def array(self, name: str, raw: np.ndarray | None = None) -> np.ndarray:
+        """The stored tensor as a native-endian array, independent of the file (decoded from
+        ``raw``, its bytes, when already read)."""
         st, shape, _b, _e = self.entries[name]
         if st not in _NP_OF_ST:
             raise errors.UnimplementedError(
                 f"tensor '{name}' in {self.path} has dtype {st}, which tensorweave cannot represent")
         dt = np.dtype(_NP_OF_ST[st])
-        arr = np.frombuffer(self.raw(name), dtype=dt).reshape(shape)
+        arr = (self.raw(name) if raw is None else raw).view(dt).reshape(shape)
         if st == "BF16":
             return (arr.astype(np.uint32) << 16).view(np.float32)
-        return arr.astype(dt.newbyteorder("="), copy=True)
+        return arr if dt.isnative else arr.astype(dt.newbyteorder("="))
 
     def close(self) -> None:
-        if self._map is not None:
-            with contextlib.suppress(BufferError):  # a live memoryview keeps the map; GC frees it
-                self._map.close()
-            self._map = None
         self._file.close()
 
     def __enter__(self):
@@ -498,32 +509,32 @@ class CheckpointReader:
     def get_variable_to_dtype_map(self) -> dict:
         return {n: self.dtype(n) for n in self._names}
 
-    def _verify(self, stored: str) -> None:
-        if self.index is None:
-            return
-        want = self.index.get("crc32", {}).get(stored)
-        if want is not None and zlib.crc32(self.file.raw(stored)) != want:
+    def _read(self, stored: str) -> np.ndarray:
+        """The stored bytes of ``stored``, checked against the index's CRC-32."""
+        raw = self.file.raw(stored)
+        want = self.index.get("crc32", {}).get(stored) if self.index is not None else None
+        if want is not None and zlib.crc32(raw) != want:
             _st, _shape, b, _e = self.file.entries[stored]
             raise errors.DataLossError(
                 f"checksum mismatch for tensor '{stored}' in {self.path} (bytes at offset "
                 f"{self.file.data_start + b}): the file is corrupt")
+        return raw
 
     def get_tensor(self, name: str) -> np.ndarray:
         self._require(name)
         enc = self._encodings.get(name)
-        self._verify(name)
+        raw = self._read(name)
         if enc is None:
-            return self.file.array(name)
+            return self.file.array(name, raw)
         try:
             kind, shape = enc["dtype"], [int(d) for d in enc["shape"]]
             if kind in ("complex64", "complex128"):
-                pairs = np.ascontiguousarray(self.file.array(name)).reshape(-1)
+                pairs = np.ascontiguousarray(self.file.array(name, raw)).reshape(-1)
                 return pairs.view(np.dtype(kind)).reshape(shape)
             if kind == "string":
                 comp = enc["offsets"]
-                self._verify(comp)
-                offsets = self.file.array(comp)
-                blob = bytes(self.file.raw(name))
+                offsets = self.file.array(comp, self._read(comp))
+                blob = raw.tobytes()
                 n = int(np.prod(shape, dtype=np.int64))
                 if offsets.shape != (n + 1,) or (n + 1 and (offsets[0] != 0 or offsets[-1] != len(blob))) \
                         or np.any(np.diff(offsets) < 0):
