@@ -281,3 +281,11 @@ def test_atomic_write_bytes_replaces_and_cleans_up(tmp_path):
     cf.atomic_write_bytes(p, b"one")
     cf.atomic_write_bytes(p, b"two")
     assert p.read_bytes() == b"two" and os.listdir(tmp_path) == ["state"]
+
+
+def test_a_checkpoint_renamed_as_a_pair_still_loads(tmp_path):
+    cf.write_checkpoint(str(tmp_path / "old"), ["a"], [np.arange(3)], global_step=4)
+    for suffix in (cf.DATA_SUFFIX, cf.INDEX_SUFFIX):
+        os.rename(tmp_path / f"old{suffix}", tmp_path / f"new{suffix}")
+    with cf.CheckpointReader(str(tmp_path / "new")) as r:
+        assert r.index is not None and r.global_step == 4 and r.get_tensor("a").tolist() == [0, 1, 2]

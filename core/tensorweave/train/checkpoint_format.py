@@ -429,8 +429,7 @@ class CheckpointReader:
             data = path
         elif os.path.isfile(index_path(path)):
             self.index = self._read_index(index_path(path))
-            data = os.path.join(os.path.dirname(path), os.path.basename(self.index.get("data_file") or
-                                                                          data_path(path)))
+            data = data_path(path)  # by definition; the index's "data_file" is informational
             if not os.path.exists(data):
                 raise errors.DataLossError(
                     f"checkpoint {path}: index {index_path(path)} exists but its data file {data} is missing")
