@@ -64,7 +64,8 @@ def flat_input_is_ref(op) -> list[bool]:
 class StepContext:
     """Per-run information handed to kernels that ask for it (``takes_context``/async)."""
 
-    __slots__ = ("step_id", "rendezvous", "options", "cancelled", "session", "stats", "_cancel_cbs")
+    __slots__ = ("step_id", "rendezvous", "options", "cancelled", "session", "stats", "_cancel_cbs",
+                 "step_resources")
 
     def __init__(self, step_id=0, rendezvous=None, options=None, session=None, stats=None):
         self.step_id = step_id
@@ -74,6 +75,9 @@ class StepContext:
         self.session = session
         self.stats = stats  # per-node timings are appended here when the run is traced
         self._cancel_cbs = None
+        # Resources that live for one step (the stacks of while-loop gradients), shared by
+        # every partition of the step in this process; dropped with the StepContext.
+        self.step_resources = {}
 
     def on_cancel(self, fn) -> bool:
         """Call ``fn()`` when the step is cancelled (timeout, or another node failed), so an
@@ -100,7 +104,7 @@ _cancel_lock = threading.Lock()  # guards StepContext cancellation state (rarely
 
 
 class _Node:
-    __slots__ = ("op", "fn", "kd", "ins", "outs", "kind", "pre", "consumers", "pending",
+    __slots__ = ("op", "fn", "kd", "ins", "outs", "kind", "pre", "consumers", "pending", "transfer",
                  "expensive", "track", "unwrap", "frees")
 
 
@@ -226,8 +230,15 @@ class CompiledPartition:
     """
 
     def __init__(self, nodes, feeds, fetches, device, kernels, resources, kernel_cache,
-                 session=None, recvs=(), sends=()):
+                 session=None, recvs=(), sends=(), loops=None):
+        from tensorweave.ops.control_ops import CONTROL_FLOW_OPS
+        from tensorweave.runtime.frames import ROOT, FrameInfo
         from tensorweave.runtime.rendezvous import make_key
+
+        # Control flow (frames, iterations, dead tensors) runs in runtime/frames.py.
+        frame_mode = bool(loops) or any(op.type in CONTROL_FLOW_OPS for op in nodes) or any(
+            getattr(tr, "frame", ROOT) != ROOT for tr in (*recvs, *sends))
+        edges = []  # (producer node, output index or -1, consumer node, input position or -1)
 
         self.device = device
         self.allocator = device.allocator
@@ -254,7 +265,7 @@ class CompiledPartition:
             if op.op_def.outputs_ref:
                 virtual_ref_ops.add(op)
                 continue
-            if op.type == "Const":
+            if op.type == "Const" and not (frame_mode and op.control_inputs):
                 # Constants are immutable: their value sits in the slot template, on the device.
                 const_ops[op] = op.get_attr("value")
                 for t in op.outputs:
@@ -284,6 +295,7 @@ class CompiledPartition:
             n.op = _SyntheticOp(f"_recv[{what} from {r.src.name}]", "_Recv", next_id)
             next_id += 1
             n.kd, n.fn = _RECV_KD, _make_recv(make_key(r.src.name, r.dst.name, what), r.src, r.dst)
+            n.transfer = (r.src, r.dst, what)
             n.ins, n.pre, n.outs = [], [], [new_slot()]
             n.track = n.expensive = n.unwrap = False
             n.kind = K_GENERIC
@@ -319,13 +331,16 @@ class CompiledPartition:
                 if t in recv_of:
                     src_slot = recv_of[t].outs[0]
                     preds[n].add(recv_of[t])
+                    edges.append((recv_of[t], 0, n, i))
                 elif t.op in virtual_ref_ops:
                     src_slot = new_slot()
                     n.pre.append((_reader(resources.state_for_op(t.op), device), -1, src_slot))
                 else:
                     src_slot = slot_of[t]
                     if t.op in node_of_op:
-                        preds[n].add(node_of_op[t.op])
+                        edges.append((node_of_op[t.op], t.value_index, n, i))
+                        if not (t.op.type == "NextIteration" and op.type == "Merge"):  # a loop's back edge
+                            preds[n].add(node_of_op[t.op])
                 if wants_host:
                     host_slot = new_slot()
                     n.pre.append((device.to_host, src_slot, host_slot))
@@ -334,8 +349,10 @@ class CompiledPartition:
             for c in op.control_inputs:
                 if c in node_of_op:
                     preds[n].add(node_of_op[c])
+                    edges.append((node_of_op[c], -1, n, -1))
                 elif c in recv_of:
                     preds[n].add(recv_of[c])
+                    edges.append((recv_of[c], -1, n, -1))
 
         # Recv scheduling (passes/recv_scheduling.py, whitepaper 5.2): a Recv starts only
         # after the local nodes it was told to wait for, so big values arrive when needed.
@@ -352,6 +369,7 @@ class CompiledPartition:
             n.op = _SyntheticOp(f"_send[{what} to {tr.dst.name}]", "_Send",
                                 getattr(src_op, "_id", 0) + 0.5)
             n.kd, n.fn = _SEND_KD, _make_send(make_key(tr.src.name, tr.dst.name, what))
+            n.transfer = (tr.src, tr.dst, what)
             n.ins, n.pre, n.outs = [], [], []
             n.track = n.expensive = n.unwrap = False
             n.kind = K_GENERIC
@@ -366,6 +384,8 @@ class CompiledPartition:
                     n.ins.append(slot_of[t])
             if src_op in node_of_op:
                 preds[n].add(node_of_op[src_op])
+                edges.append((node_of_op[src_op], t.value_index if tr.tensor is not None else -1, n,
+                              0 if tr.tensor is not None else -1))
             executed.append(n)
 
         # Kernels: looked up and constructed once per plan; stateful kernels once per
@@ -425,6 +445,7 @@ class CompiledPartition:
 
         # Fetches: fed values, constants, computed slots, or a final read of a variable.
         self.fetch_slots = []
+        self.fetch_names = [t.name for t in fetches]
         end_reads = []
         for t in fetches:
             if t in fed:
@@ -482,6 +503,13 @@ class CompiledPartition:
         self._to_host = None if on_host else device.to_host
         exp = [n for n in order if n.expensive]
         self.parallelizable = len(exp) >= 2 and _has_independent(exp, preds)
+        self.frame_info = None
+        if frame_mode:
+            recv_frames = {recv_of[r.tensor if r.tensor is not None else r.control_op]:
+                           (getattr(r, "frame", ROOT), getattr(r, "iterations", "all")) for r in recvs}
+            cond_recvs = {recv_of[r.tensor]: r.cond_of for r in recvs if getattr(r, "cond_of", None)}
+            self.frame_info = FrameInfo(self, edges, loops or {}, recv_frames, cond_recvs)
+            self.has_async = True  # runs through start()/finish(), never the flat schedules
 
     def _initial_values(self, feed_values) -> list:
         vals = self.template.copy()
@@ -613,7 +641,11 @@ class CompiledPartition:
 
     def start(self, feed_values, step: StepContext, pool: ThreadPoolExecutor) -> _DynamicState:
         """Begin a dynamic execution: runs what is ready inline, returns without waiting."""
-        state = _DynamicState(self, self._initial_values(feed_values), step, pool)
+        if self.frame_info is not None:
+            from tensorweave.runtime.frames import FrameState
+            state = FrameState(self, self._initial_values(feed_values), step, pool)
+        else:
+            state = _DynamicState(self, self._initial_values(feed_values), step, pool)
         state.start()
         return state
 
@@ -635,10 +667,26 @@ class CompiledPartition:
                 vals[slot] = fn()
         except Exception as e:  # noqa: BLE001
             raise wrap_kernel_error(e, None, self.device) from e
+        if self.frame_info is not None:
+            self._check_fetches_live(vals)
         return self._results(vals)
 
+    def _check_fetches_live(self, vals):
+        from tensorweave.runtime.frames import DEAD
 
-_in_loop = threading.local()  # set while this thread runs an executor loop
+        for name, s in zip(self.fetch_names, self.fetch_slots):
+            if vals[s] is DEAD:
+                raise errors.InvalidArgumentError(
+                    f"fetched tensor '{name}' is dead on {self.device.name}: it was computed on a "
+                    "branch of a tw.cond that was not taken (fetch the cond's output instead)")
+            if vals[s] is None:
+                raise errors.InternalError(
+                    f"fetched tensor '{name}' was never computed on {self.device.name}: its producer "
+                    "never became ready (a malformed control-flow graph?)")
+
+
+# set while this thread runs an executor loop (shared with runtime/frames.py)
+from tensorweave.runtime.frames import _in_loop  # noqa: E402
 
 
 class _DynamicState:

@@ -191,7 +191,8 @@ class _Plan:
             feeds = [t for t in self.feeds if t in consumed]
             fetches = [t for t in self.fetches if t not in fed and placement[t.op] is dev]
             cp = CompiledPartition(p.nodes, feeds, fetches, dev, reg.kernels, session._resources,
-                                   session._kernel_cache, session, recvs=p.recvs, sends=p.sends)
+                                   session._kernel_cache, session, recvs=p.recvs, sends=p.sends,
+                                   loops=p.loops)
             cp.feed_index = [self.feeds.index(t) for t in feeds]
             self.partitions.append(cp)
             for t in fetches:
