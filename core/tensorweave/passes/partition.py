@@ -42,6 +42,14 @@ class Transfer:
         return f"{self.src.name};{self.dst.name};{what}"
 
 
+@dataclasses.dataclass
+class LoopSpec:
+    """A loop frame with nodes on several devices: each of those partitions drives it."""
+
+    parent: str
+    parallel_iterations: int = 10
+
+
 @dataclasses.dataclass(eq=False)
 class Partition:
     device: object
@@ -49,14 +57,6 @@ class Partition:
     recvs: list = dataclasses.field(default_factory=list)   # Transfers arriving here
     sends: list = dataclasses.field(default_factory=list)   # Transfers leaving from here
     loops: dict = dataclasses.field(default_factory=dict)   # frame name -> LoopSpec (driven here)
-
-
-@dataclasses.dataclass
-class LoopSpec:
-    """A loop frame with nodes on several devices: each of those partitions drives it."""
-
-    parent: str
-    parallel_iterations: int = 10
 
     def to_graph_def(self) -> dict:
         """This partition as a GraphDef: its nodes plus ``_Send``/``_Recv`` nodes."""

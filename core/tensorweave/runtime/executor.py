@@ -729,8 +729,9 @@ class _DynamicState:
             self._run_loop(queue)
 
     def _run_loop(self, queue):
-        outer = getattr(_in_loop, "active", False)
-        _in_loop.active = True
+        outer = (getattr(_in_loop, "active", False), getattr(_in_loop, "state", None),
+                 getattr(_in_loop, "queue", None))
+        _in_loop.active, _in_loop.state, _in_loop.queue = True, self, queue
         try:
             while queue:
                 n = queue.pop(0)
@@ -757,7 +758,7 @@ class _DynamicState:
                     self._fail(e, n)
                 self._dispatch(self._finish(n), queue)
         finally:
-            _in_loop.active = outer
+            _in_loop.active, _in_loop.state, _in_loop.queue = outer
 
     def _make_done(self, n):
         called = threading.Lock()
@@ -774,7 +775,11 @@ class _DynamicState:
                     self._fail(e, n)
             ready = self._finish(n)
             if ready:
-                if getattr(_in_loop, "active", False):
+                if getattr(_in_loop, "state", None) is self:
+                    # Completed during the kernel call, in our own loop (a dequeue that found
+                    # an element): go on in this thread instead of a pool hop.
+                    self._dispatch(ready, _in_loop.queue)
+                elif getattr(_in_loop, "active", False):
                     # Called from inside an executor loop (ours, or a sender's in another
                     # partition): hand the work to the pool rather than recursing.
                     self.pool.submit(self._run_loop, ready)

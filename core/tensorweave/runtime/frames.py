@@ -372,8 +372,9 @@ class FrameState:
             self._run_loop(queue)
 
     def _run_loop(self, queue):
-        outer = getattr(_in_loop, "active", False)
-        _in_loop.active = True
+        outer = (getattr(_in_loop, "active", False), getattr(_in_loop, "state", None),
+                 getattr(_in_loop, "queue", None))
+        _in_loop.active, _in_loop.state, _in_loop.queue = True, self, queue
         try:
             while queue:
                 n, it, dead = queue.pop(0)
@@ -397,7 +398,7 @@ class FrameState:
                     continue
                 self._finish(n, it, outputs, False, queue)
         finally:
-            _in_loop.active = outer
+            _in_loop.active, _in_loop.state, _in_loop.queue = outer
 
     def _run(self, n, it):
         vals = it.vals
@@ -484,6 +485,10 @@ class FrameState:
                 dead = outputs[0] is DEAD
             elif len(n.outs) == 1:
                 outputs = (outputs[0] if n.unwrap and isinstance(outputs, tuple | list) else outputs,)
+            if getattr(_in_loop, "state", None) is self:
+                # Completed during the kernel call, in our own loop: go on in this thread.
+                self._finish(n, it, outputs, dead, _in_loop.queue)
+                return
             queue = []
             self._finish(n, it, outputs, dead, queue)
             if queue:
