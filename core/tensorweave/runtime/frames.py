@@ -375,6 +375,8 @@ class FrameState:
         outer = (getattr(_in_loop, "active", False), getattr(_in_loop, "state", None),
                  getattr(_in_loop, "queue", None))
         _in_loop.active, _in_loop.state, _in_loop.queue = True, self, queue
+        errstate = np.errstate(all="ignore")  # once per loop, not per kernel (numpy's is costly)
+        errstate.__enter__()
         try:
             while queue:
                 n, it, dead = queue.pop(0)
@@ -398,6 +400,7 @@ class FrameState:
                     continue
                 self._finish(n, it, outputs, False, queue)
         finally:
+            errstate.__exit__(None, None, None)
             _in_loop.active, _in_loop.state, _in_loop.queue = outer
 
     def _run(self, n, it):
@@ -411,8 +414,7 @@ class FrameState:
                 n.fn(self.step, self._make_done(n, it), *args)
                 return _ASYNC
             t0 = time.perf_counter()
-            with np.errstate(all="ignore"):
-                res = n.fn(self.step, *args) if n.kd.takes_context else n.fn(*args)
+            res = n.fn(self.step, *args) if n.kd.takes_context else n.fn(*args)
             outs = n.outs
             if len(outs) == 1:
                 if n.unwrap and isinstance(res, tuple | list):
