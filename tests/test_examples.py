@@ -31,3 +31,12 @@ def test_demo_trains_both_digit_models_to_97_percent():
     accs = dict(re.findall(r"(mlp|cnn) (\d+\.\d+)%", out.splitlines()[-1]))
     assert set(accs) == {"mlp", "cnn"} and all(float(a) >= 97.0 for a in accs.values()), out
     assert "[cnn] epoch  40/40  loss" in err  # per-epoch progress went to stderr
+
+
+def test_input_pipeline_trains_digits_from_record_files():
+    out, _ = _run(EXAMPLES / "input_pipeline.py")
+    assert "wrote 1437 training records to 4 files" in out
+    steps, records = map(int, re.search(r"trained (\d+) steps of 64 on (\d+) records read from files", out).groups())
+    assert records == 40 * 1437 and steps == records // 64  # 40 epochs, only whole batches
+    acc = float(re.search(r"\[input pipeline\] test accuracy .*: (\d\.\d+)", out).group(1))
+    assert acc >= 0.96, out
