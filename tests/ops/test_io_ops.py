@@ -316,6 +316,58 @@ def test_read_timeout_loses_no_filename(tmp_path, sess):
     assert [sess.run(value), sess.run(value)] == [b"r0", b"r1"]
 
 
+def test_read_up_to_that_fails_keeps_its_records_for_the_next_read(tmp_path, sess):
+    good = _write(tmp_path / "good.tfrecord", [b"r0", b"r1", b"r2"])
+    q, fill = _filename_queue([good, str(tmp_path / "missing.tfrecord")])
+    reader = tw.TFRecordReader()
+    keys, values = reader.read_up_to(q, 5)
+    sess.run(fill)
+    with pytest.raises(errors.NotFoundError, match="missing.tfrecord"):
+        sess.run(values)  # three records read, then the second file is missing
+    assert sess.run(reader.num_records_produced()) == 0
+    assert sess.run(values).tolist() == [b"r0", b"r1", b"r2"]  # then the queue is closed and empty
+    assert sess.run(reader.num_records_produced()) == 3
+
+
+def test_read_waiting_behind_another_is_withdrawn_when_its_step_times_out(tmp_path, sess):
+    import threading
+    import time
+
+    from tensorweave.runtime import readers
+
+    path = _write(tmp_path / "w.tfrecord", [b"r0", b"r1"])
+    q = tw.FIFOQueue(4, tw.string, shapes=[[]])
+    reader = tw.TFRecordReader()
+    key, value = reader.read(q)
+    size = q.size()
+    resource = readers.lookup(sess._resources, sess.run(reader.reader_ref))
+    first = {}
+
+    def first_read():  # parks in the empty filename queue, holding the reader
+        try:
+            first["value"] = sess.run(value, options=tw.RunOptions(timeout_in_ms=30_000))
+        except Exception as e:  # noqa: BLE001 - checked below
+            first["error"] = e
+
+    t = threading.Thread(target=first_read)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not resource._busy and time.monotonic() < deadline:  # the first read has the reader
+        time.sleep(0.001)
+    assert resource._busy
+    try:
+        # The second read waits behind the first in the reader; its timeout withdraws it.
+        with pytest.raises(errors.DeadlineExceededError):
+            sess.run(value, options=tw.RunOptions(timeout_in_ms=100))
+        assert not resource._waiting
+    finally:
+        sess.run(q.enqueue([path]))
+        t.join(timeout=30)
+    assert not t.is_alive() and first == {"value": b"r0"}
+    assert sess.run(value) == b"r1"  # nothing was taken by the withdrawn read
+    assert sess.run(size) == 0
+
+
 def test_concurrent_reads_of_one_reader_lose_and_repeat_nothing(tmp_path, sess):
     import threading
 

@@ -109,6 +109,9 @@ class Reader:
         self._busy = False
         self._waiting: collections.deque = collections.deque()
         self._work: bytes | None = None      # the current file, as dequeued
+        # Records read for a request that then failed or was cancelled (read_up_to): served
+        # first to the next request, so no record is lost to a failed step.
+        self._pushback: collections.deque = collections.deque()
         self._produced = 0
         self._completed = 0
 
@@ -160,6 +163,7 @@ class Reader:
     def reset(self) -> None:
         """No current file, counters at zero (the ReaderReset op; a container reset)."""
         self._drop_work()
+        self._pushback.clear()
         self._produced = 0
         self._completed = 0
 
@@ -174,10 +178,23 @@ class Reader:
     def _submit(self, task) -> None:
         with self._lock:
             self._waiting.append(task)
-            if self._busy:
-                return
+            queued = self._busy
             self._busy = True
-        self._drain()
+        if not queued:
+            self._drain()
+            return
+        # Waiting behind another read: a cancelled step takes its request out of the line.
+        step = getattr(task, "step", None)
+        if step is not None and hasattr(step, "on_cancel") and not step.on_cancel(lambda: self._withdraw(task)):
+            self._withdraw(task)
+
+    def _withdraw(self, task) -> None:
+        with self._lock:
+            try:
+                self._waiting.remove(task)
+            except ValueError:
+                return  # already running or finished
+        task.done(None, errors.CancelledError(f"{self.describe()}: read cancelled with its step"))
 
     def _drain(self) -> None:
         """Serve waiting tasks until one goes asynchronous (it calls ``_drain`` again when it
@@ -216,6 +233,9 @@ class _Read:
         waits for a filename (it then finishes, and drains the reader, on its own)."""
         return self._loop(None)
 
+    def _cancelled(self) -> bool:
+        return self.step is not None and getattr(self.step, "cancelled", False)
+
     def _loop(self, arrived) -> bool:
         r = self.reader
         while True:
@@ -241,9 +261,15 @@ class _Read:
                     return self._fail(e)
             if len(self.keys) >= self.want:
                 return self._succeed()
+            if self._cancelled():  # its step is gone: take nothing more for it
+                return self._fail(errors.CancelledError(f"{r.describe()}: read cancelled with its step"))
+            if r._pushback:
+                k, v = r._pushback.popleft()
+                self.keys.append(k)
+                self.values.append(v)
+                r._produced += 1
+                continue
             if r._work is None:
-                if self.step is not None and getattr(self.step, "cancelled", False):
-                    return self._fail(errors.CancelledError(f"{r.describe()}: read cancelled with its step"))
                 arrived = self._dequeue()
                 if arrived is None:
                     return False
@@ -288,6 +314,11 @@ class _Read:
         return True
 
     def _fail(self, e) -> bool:
+        if self.keys:  # read_up_to had some: keep them for the next request
+            r = self.reader
+            r._pushback.extendleft(reversed(list(zip(self.keys, self.values))))
+            r._produced -= len(self.keys)
+            self.keys, self.values = [], []
         self.done(None, e)
         return True
 
