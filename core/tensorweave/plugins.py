@@ -76,8 +76,10 @@ class Hookspecs:
 
     @hookspec
     def tensorweave_register_passes(self, registry):
-        """Register graph rewrite passes: ``registry.register(name, fn, order=...)``; passes run
-        in increasing ``order`` on every new execution plan."""
+        """Register graph rewrite passes: ``registry.register(name, fn, order=..., stage=...)``;
+        ``fn(plan)`` runs on every new execution plan at its stage (``"prune"``,
+        ``"pre_placement"`` (default), ``"post_placement"``, ``"post_partition"``), in
+        increasing ``order`` within a stage. See :class:`PassRegistry` and docs/plugins.md."""
 
     @hookspec
     def tensorweave_plugin_status(self):
@@ -142,11 +144,32 @@ class AllocatorRegistry(NamedRegistry):
 
 
 class PassRegistry(NamedRegistry):
-    def register(self, name, fn=None, order: int = 100, override: bool = False):
-        return super().register(name, (order, fn), override)
+    """Graph passes by name: ``register(name, fn, order=100, stage="pre_placement")``.
 
-    def ordered(self):
-        return [(name, fn) for name, (order, fn) in sorted(self._items.items(), key=lambda kv: (kv[1][0], kv[0]))]
+    ``fn(plan)`` runs on every new execution plan, at its ``stage``: ``"prune"`` (choose the
+    user's nodes the plan needs), ``"pre_placement"`` (rewrite the plan's private graph:
+    CSE, constant folding), ``"post_placement"`` (``plan.device_of`` is known: edges across
+    devices) or ``"post_partition"`` (``plan.graph_parts``: Send/Recv transfers). Within a
+    stage, passes run in increasing ``order``, then by name.
+    """
+
+    STAGES = ("prune", "pre_placement", "post_placement", "post_partition")
+
+    def register(self, name, fn=None, order: int = 100, override: bool = False, stage: str = "pre_placement"):
+        if stage not in self.STAGES:
+            raise errors.InvalidArgumentError(
+                f"graph pass {name!r} from {self.source}: unknown stage {stage!r}; stages are {list(self.STAGES)}")
+        return super().register(name, (order, fn, stage), override)
+
+    def ordered(self, stage: str | None = None):
+        """[(name, fn)] of one stage (all stages, in stage order, when None), in run order."""
+        rank = {s: i for i, s in enumerate(self.STAGES)}
+        items = [(name, v) for name, v in self._items.items() if stage is None or v[2] == stage]
+        items.sort(key=lambda kv: (rank[kv[1][2]], kv[1][0], kv[0]))
+        return [(name, v[1]) for name, v in items]
+
+    def stage_of(self, name) -> str:
+        return self._items[name][2]
 
 
 @dataclasses.dataclass

@@ -31,12 +31,13 @@ def _independent_matmuls():
 def test_thread_pool_path_gives_the_same_values():
     mats, y = _independent_matmuls()
     expect = mats[0] @ mats[1] + mats[2] @ mats[3]
-    with tw.Session(config=tw.ConfigProto(inter_op_parallelism_threads=2)) as s:
+    keep = tw.GraphOptions(enable_constant_folding=False)  # the matmuls must run, not fold
+    with tw.Session(config=tw.ConfigProto(inter_op_parallelism_threads=2, graph_options=keep)) as s:
         plan_out = s.run(y)
         plan = next(iter(s._plans.values()))
         assert plan.dynamic  # two independent expensive nodes: the pool path was chosen
         np.testing.assert_allclose(plan_out, expect, rtol=1e-4, atol=2e-3)
-    with tw.Session(config=tw.ConfigProto(inter_op_parallelism_threads=1)) as s:
+    with tw.Session(config=tw.ConfigProto(inter_op_parallelism_threads=1, graph_options=keep)) as s:
         np.testing.assert_allclose(s.run(y), expect, rtol=1e-4, atol=2e-3)
         assert not next(iter(s._plans.values())).dynamic
 

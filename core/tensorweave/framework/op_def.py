@@ -187,7 +187,8 @@ class OpRegistry:
     def op(self, name: str, inputs=(), outputs=(), attrs=(), shape_fn=None, stateful=False,
            is_commutative=False, doc="", outputs_ref=False, override=False) -> OpDef:
         """Declare an op. Raises PluginConflictError if another distribution declared it."""
-        if not re.match(r"^[A-Z][A-Za-z0-9_]*$", name):
+        # A leading underscore marks an op the runtime inserts itself (TF's _Send, _Recv).
+        if not re.match(r"^_?[A-Z][A-Za-z0-9_]*$", name):
             raise errors.InvalidArgumentError(f"op name {name!r} must be CamelCase, e.g. 'MatMul'")
         try:
             attr_defs = {a.name: a for a in map(parse_attr, attrs)}

@@ -8,10 +8,19 @@ import dataclasses
 
 @dataclasses.dataclass
 class GraphOptions:
-    """Graph optimisation switches (passes look at these)."""
+    """Graph optimisation switches (passes look at these; see docs/optimizations.md).
+
+    ``enable_cse``: merge identical stateless nodes (whitepaper 5.1). ``enable_constant_folding``:
+    replace stateless subgraphs of constants by their value. ``enable_recv_scheduling``: make
+    big cross-device Recvs wait until shortly before their consumers need them (5.2).
+    ``enable_bfloat16_sendrecv`` (TF's name): send float32 tensors between devices as
+    truncated 16-bit floats, the whitepaper's lossy compression (5.5); off by default.
+    """
 
     enable_cse: bool = True
     enable_constant_folding: bool = True
+    enable_recv_scheduling: bool = True
+    enable_bfloat16_sendrecv: bool = False
 
 
 @dataclasses.dataclass
@@ -55,13 +64,17 @@ class RunOptions:
 
     trace_level: int = 0
     timeout_in_ms: int = 0
+    output_partition_graphs: bool = False  # fill RunMetadata.partition_graphs
 
 
 @dataclasses.dataclass
 class RunMetadata:
     """Filled by ``Session.run(..., run_metadata=md)``: per-node timings when tracing, the
-    placement of the plan that ran, and allocator statistics per device."""
+    placement of the plan that ran, allocator statistics per device, and with
+    ``RunOptions(output_partition_graphs=True)`` each device's part of the optimised plan as
+    a GraphDef (with its ``_Send``/``_Recv`` nodes)."""
 
     step_stats: list = dataclasses.field(default_factory=list)
     placement: dict = dataclasses.field(default_factory=dict)
     allocator_stats: dict = dataclasses.field(default_factory=dict)
+    partition_graphs: list = dataclasses.field(default_factory=list)

@@ -140,10 +140,26 @@ def _convert_feed_value(v, t: Tensor) -> np.ndarray:
 
 
 class _Plan:
-    """A compiled execution plan for one (fetches, feeds) signature of one graph version."""
+    """A compiled execution plan for one (fetches, feeds) signature of one graph version.
+
+    Build: the "prune" passes choose the user's nodes the fetches need; those are copied
+    into a private plan graph (passes/plan_graph.py) which the "pre_placement" passes
+    rewrite (CSE, constant folding); then placement, the "post_placement" passes (lossy
+    compression), partitioning, the "post_partition" passes (recv scheduling), and one
+    compiled partition per device. ``feeds``/``fetches``/``targets``/``nodes`` are plan
+    graph elements once the copy is made; ``origin`` maps plan nodes back to the user's.
+    """
 
     def __init__(self, session, fetches, feed_keys):
+        from tensorweave import plugins
+        from tensorweave.passes import plan_graph
+
         graph = session._graph
+        self.session = session
+        self.config = session._config
+        self.devices = session._devices
+        self.cost_model = session._cost_model
+        self.source_graph = graph
         self.mapper = _FetchMapper(graph, fetches)
         self.feeds: list[Tensor] = []
         for k in feed_keys:
@@ -158,20 +174,40 @@ class _Plan:
         self.targets = self.mapper.targets
         self.converters = [_feed_converter(t) for t in self.feeds]
         self.nodes = []
-        from tensorweave import plugins
-
+        self.aliases: dict[str, str] = {}  # user node name -> the plan node that replaced it
         reg = plugins.registry()
-        for _name, fn in reg.passes.ordered():
+        self.kernels = reg.kernels
+        for _name, fn in reg.passes.ordered("prune"):
             fn(self)
+        plan_graph.build(self)  # from here on, plan-graph nodes (the user's graph is untouched)
+        version = self.graph._version
+        for _name, fn in reg.passes.ordered("pre_placement"):
+            fn(self)
+        if self.graph._version != version:
+            plan_graph.reprune(self)
         placer = reg.placers.get(session._config.placer)
-        placement = placer.place(self.nodes, session._devices, reg.kernels, session._config,
-                                 cost_model=session._cost_model, feeds=self.feeds)
+        self.device_of = placer.place(self.nodes, session._devices, reg.kernels, session._config,
+                                      cost_model=session._cost_model, feeds=self.feeds)
+        for _name, fn in reg.passes.ordered("post_placement"):
+            fn(self)
+        placement = self.device_of
         self.placement = {op.name: d.name for op, d in placement.items()}
+        for old in self.aliases:  # merged or folded away: report where their value comes from
+            new = old
+            for _ in range(len(self.aliases)):
+                if new not in self.aliases or new in self.placement:
+                    break
+                new = self.aliases[new]
+            if new in self.placement and old not in self.placement:
+                self.placement[old] = self.placement[new]
         if session._config.log_device_placement:
             for op, d in placement.items():
                 print(f"{op.name}: ({op.type}): {d.name}", file=sys.stderr)
         threads = session._config.inter_op_parallelism_threads
         parts = partition(self.nodes, placement, self.feeds)
+        self.graph_parts = parts
+        for _name, fn in reg.passes.ordered("post_partition"):
+            fn(self)
         if len(parts) <= 1:
             # One device: the whole plan is one partition (the fast, common case).
             device = next(iter(parts), session._devices[0])
@@ -200,8 +236,30 @@ class _Plan:
         # Where each fetch comes from: (partition, index in its results) or ("feed", i).
         self.fetch_sources = [("feed", self.feeds.index(t)) if t in fed else producer_part[t]
                               for t in self.fetches]
-        self.graph_parts = parts
         self.dynamic = True
+
+    def partition_graphs(self) -> list[dict]:
+        """Each device's part of the plan as a GraphDef (``RunOptions.output_partition_graphs``)."""
+        return [p.to_graph_def() for p in self.graph_parts.values()]
+
+    def user_error(self, e: errors.OpError) -> errors.OpError:
+        """``e`` naming the user's node rather than its plan copy (TF1: ``error.op``)."""
+        op = getattr(e, "op", None)
+        origin = getattr(self, "origin", None)
+        if origin and op in origin:
+            e.op = origin[op]
+        return e
+
+
+def _user_error(e: errors.OpError, graph) -> errors.OpError:
+    """A plan-build error naming the user's node (same name) instead of its plan copy."""
+    op = getattr(e, "op", None)
+    if isinstance(op, Operation) and op.graph is not graph:
+        try:
+            e.op = graph.get_operation_by_name(op.name)
+        except errors.NotFoundError:
+            pass
+    return e
 
 
 class Session:
@@ -259,7 +317,12 @@ class Session:
         feed_keys = tuple(feed_dict) if feed_dict else ()
         plan = self._plan_for(fetches, feed_keys)
         feed_vals = [conv(feed_dict[k]) for conv, k in zip(plan.converters, feed_keys)] if feed_keys else ()
-        return plan.mapper.build(self._execute(plan, feed_vals, options, run_metadata))
+        try:
+            out = self._execute(plan, feed_vals, options, run_metadata)
+        except errors.OpError as e:
+            plan.user_error(e)
+            raise
+        return plan.mapper.build(out)
 
     def _execute(self, plan: _Plan, feed_vals, options, run_metadata):
         timeout = None
@@ -284,6 +347,8 @@ class Session:
             if tracing:
                 self._cost_model.record(run_metadata.step_stats)
             run_metadata.placement = dict(plan.placement)
+            if options is not None and getattr(options, "output_partition_graphs", False):
+                run_metadata.partition_graphs = plan.partition_graphs()
             run_metadata.allocator_stats = {d.name: d.allocator.stats() for d in self._devices}
         return out
 
@@ -338,7 +403,11 @@ class Session:
             key, plan = None, None
         if plan is None:
             with self._lock:
-                plan = _Plan(self, fetches, feed_keys)
+                try:
+                    plan = _Plan(self, fetches, feed_keys)
+                except errors.OpError as e:
+                    _user_error(e, g)
+                    raise
                 if key is not None:
                     self._plans[key] = plan
         return plan

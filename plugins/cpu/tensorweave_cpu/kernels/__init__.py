@@ -5,7 +5,8 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("array", "math", "random", "state", "control", "nn", "training", "data_flow", "checkpoint", "io")
+FAMILIES = ("array", "math", "random", "state", "control", "nn", "training", "data_flow", "checkpoint", "io",
+            "compression")
 
 
 def register_all(registry):

@@ -1,0 +1,151 @@
+"""Constant folding: evaluate, once, the nodes whose inputs are all constants.
+
+Runs on the plan graph before placement (stage ``pre_placement``, after CSE so merged
+constants fold once); ``GraphOptions.enable_constant_folding`` turns it off. In topological
+order, a node folds when every input is a constant (a ``Const`` without control inputs, or
+an output folded before) and it is an ordinary computation: not stateful (random ops,
+variables, queues), not a control-flow primitive, no control inputs, no reference inputs
+or outputs, not pinned to a device type other than the CPU (``tw.device("/device:GPU:0")``
+means: compute it there), with a synchronous CPU kernel. The kernel is looked up in the kernel registry
+and called on the host, exactly as a plan would call it. Its outputs become ``Const`` nodes
+(named ``<node>/folded``, read-only like every constant, with the node's device request)
+that its remaining consumers read; pruning then drops what nothing needs any more.
+
+Not folded: outputs over ``MAX_BYTES`` (10 MB), values whose dtype or shape is not what the
+graph declares, and fetched tensors themselves (a fetch still returns a fresh array each
+step; what consumes the fetched tensor still sees the constant). A fed tensor is not a
+constant. When the kernel raises, the node is left alone: the same error then surfaces at
+run time, naming the node.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+from tensorweave.framework.device_spec import DeviceSpec
+from tensorweave.framework.tensor_shape import TensorShape
+from tensorweave.ops.control_ops import CONTROL_FLOW_OPS
+from tensorweave.passes import plan_graph
+from tensorweave.runtime.kernel_registry import KernelContext
+
+MAX_BYTES = 10 * 2**20
+NEVER_FOLD = frozenset(CONTROL_FLOW_OPS) | {
+    "Const", "Placeholder", "PlaceholderWithDefault", "Variable", "VariableV2", "_Send", "_Recv",
+    "RefSwitch", "RefMerge", "RefEnter", "RefExit", "RefNextIteration",
+}
+
+
+def foldable(op) -> bool:
+    d = op.op_def
+    if d.stateful or op.type in NEVER_FOLD or d.outputs_ref or not op.outputs or not op._inputs:
+        return False
+    if op._control_inputs or any(a.is_ref for a in d.inputs):
+        return False
+    # A node pinned to another device type is computed there, as asked (device kernel tests
+    # and benchmarks build their inputs from constants); unpinned and CPU nodes fold.
+    dev_type = _device_type(op._device)
+    return dev_type in ("", "CPU")
+
+
+_dev_types: dict = {}
+
+
+def _device_type(spec: str) -> str:
+    t = _dev_types.get(spec)
+    if t is None:
+        t = _dev_types[spec] = (DeviceSpec.from_string(spec).device_type or "").upper() if spec else ""
+    return t
+
+
+def _as_outputs(op, res) -> list | None:
+    n = len(op._outputs)
+    if n == 1:
+        if op.op_def.outputs[0].is_list and isinstance(res, tuple | list):
+            res = res[0]
+        return [res]
+    if not isinstance(res, tuple | list) or len(res) != n:
+        return None
+    return list(res)
+
+
+def _fits(t, v) -> bool:
+    if not isinstance(v, np.ndarray):
+        return False
+    want = np.dtype(object) if t.dtype.is_string else t.dtype.np_dtype
+    if v.dtype != want or v.nbytes > MAX_BYTES:
+        return False
+    return t._shape.is_compatible_with(TensorShape(list(v.shape)))
+
+
+def fold_constants(nodes, kernels, host_device, resources=None, fed=(), fetched=()) -> dict:
+    """{tensor: value} for the tensors of ``nodes`` that can be replaced by constants."""
+    fed = set(fed)
+    value: dict = {}
+    out: dict = {}
+    for op in plan_graph.topological(nodes):
+        if op.type == "Const":
+            t = op._outputs[0]
+            if not op._control_inputs and t not in fed:
+                value[t] = op._attrs["value"]
+            continue
+        if not foldable(op) or any(t not in value for t in op._inputs):
+            continue
+        kd = kernels.lookup(op.type, host_device.device_type, op._attrs)
+        if kd is None or kd.is_async or kd.takes_context:
+            continue
+        try:
+            fn = kd.factory(KernelContext(op, host_device, resources, None))
+            with np.errstate(all="ignore"):
+                res = fn(*[value[t] for t in op._inputs])
+        except Exception:  # noqa: BLE001 - left unfolded: the run reports it, naming the node
+            continue
+        outs = _as_outputs(op, res)
+        if outs is None:
+            continue
+        outs = [np.asarray(v) if isinstance(v, np.generic) else v for v in outs]
+        if not all(_fits(t, v) for t, v in zip(op._outputs, outs)) or any(t in fed for t in op._outputs):
+            continue
+        for t, v in zip(op._outputs, outs):
+            value[t] = v
+            if t not in fetched:
+                out[t] = v
+    return out
+
+
+def constant_folding_pass(plan) -> None:
+    """Registered as ``constant_folding`` (stage ``pre_placement``)."""
+    opts = getattr(plan.config, "graph_options", None)
+    if opts is not None and not getattr(opts, "enable_constant_folding", True):
+        return
+    host = next((d for d in plan.devices if d.device_type == "CPU"), None)
+    if host is None:
+        return
+    folded = fold_constants(plan.nodes, plan.kernels, host, plan.session._resources,
+                            plan.feeds, set(plan.fetches))
+    if not folded:
+        return
+    # Only tensors something that stays still reads need a Const.
+    node_set = set(plan.nodes)
+    used = set()
+    for op in plan.nodes:
+        if op.type == "Const":
+            continue
+        if all(t in folded for t in op._outputs) and op._outputs:
+            continue  # folded itself
+        for t in op._inputs:
+            if t in folded and t.op in node_set:
+                used.add(t)
+    if not used:
+        return
+    replacements = {}
+    for t in sorted(used, key=lambda t: (t.op._id, t.value_index)):
+        v = folded[t]
+        if v.flags.writeable:
+            v = v.copy() if v.base is not None else v
+            v.flags.writeable = False  # a constant's value must never change under a kernel
+        src = t.op
+        name = f"{src.name}/folded" if len(src._outputs) == 1 else f"{src.name}/folded_{t.value_index}"
+        const = plan_graph.add_node(plan, "Const", [], {"value": v, "dtype": t.dtype}, name=name,
+                                    device=src._device, order=src._id + 0.5)
+        replacements[t] = const._outputs[0]
+    plan_graph.replace(plan, replacements)
