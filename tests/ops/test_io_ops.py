@@ -42,6 +42,28 @@ def test_crc32c_vectorised_path_matches_the_table_loop(n):
     assert record_io._crc32c_python(data[cut:], record_io._crc32c_python(data[:cut])) == loop
 
 
+def test_optional_native_crc32c_modules_are_used_when_importable(monkeypatch):
+    import sys
+    import types
+
+    calls = []
+
+    def fake_extend(crc, data):
+        calls.append(("google", crc, data))
+        return record_io._crc32c_python(data, crc)
+
+    monkeypatch.setitem(sys.modules, "google_crc32c", types.SimpleNamespace(implementation="c", extend=fake_extend))
+    native = record_io._find_native()
+    assert native(b"123456789") == 0xE3069283 and calls == [("google", 0, b"123456789")]
+    # google_crc32c's pure-Python fallback is slower than ours: then try crc32c, else ours
+    monkeypatch.setitem(sys.modules, "google_crc32c", types.SimpleNamespace(implementation="python"))
+    monkeypatch.setitem(sys.modules, "crc32c", types.SimpleNamespace(
+        crc32c=lambda data, crc=0: record_io._crc32c_python(data, crc)))
+    assert record_io._find_native()(b"123456789", 0) == 0xE3069283
+    monkeypatch.setitem(sys.modules, "crc32c", None)  # not importable
+    assert record_io._find_native() is None
+
+
 def test_masked_crc_and_known_record_bytes():
     assert record_io.masked_crc32c(b"123456789") == _mask(0xE3069283)
     assert record_io.unmask_crc32c(record_io.masked_crc32c(b"abc")) == record_io.crc32c(b"abc")
