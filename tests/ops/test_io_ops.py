@@ -26,6 +26,9 @@ def _mask(c):  # written out again here so the test does not trust the module's 
     (b"\xff" * 32, 0x62A8AB43),
     (bytes(range(32)), 0x46DD794E),
     (bytes(range(31, -1, -1)), 0x113FDB5C),
+    (bytes([0x01, 0xC0] + [0] * 14 + [0x14, 0, 0, 0, 0, 0, 0x04, 0, 0, 0, 0, 0x14, 0, 0, 0, 0x18, 0x28]
+           + [0] * 7 + [0x02] + [0] * 7), 0xD9963A56),  # RFC 3720 B.4, an iSCSI read PDU
+    (b"The quick brown fox jumps over the lazy dog", 0x22620404),
 ])
 def test_crc32c_published_vectors(data, expected):
     assert record_io.crc32c(data) == expected
@@ -66,6 +69,7 @@ def test_optional_native_crc32c_modules_are_used_when_importable(monkeypatch):
 
 def test_masked_crc_and_known_record_bytes():
     assert record_io.masked_crc32c(b"123456789") == _mask(0xE3069283)
+    assert record_io.masked_crc32c(b"1234567890asdfghjkl") == 4134599430  # a third-party TFRecord test's value
     assert record_io.unmask_crc32c(record_io.masked_crc32c(b"abc")) == record_io.crc32c(b"abc")
     rec = record_io.encode_record(bytes(32))
     length = struct.pack("<Q", 32)
