@@ -82,8 +82,9 @@ def fold_constants(nodes, kernels, host_device, resources=None, fed=(), fetched=
     fed = set(fed)
     value: dict = {}
     out: dict = {}
-    for op in plan_graph.topological(nodes):
-        if op.type == "Const":
+    # Creation order: inputs come first (a loop's back edge only means less folding).
+    for op in nodes:
+        if op._op_def.name == "Const":
             t = op._outputs[0]
             if not op._control_inputs and t not in fed:
                 value[t] = op._attrs["value"]

@@ -1,6 +1,6 @@
 """Common subexpression elimination (whitepaper 5.1): Click-style global value numbering.
 
-Nodes are visited in topological order. A node's value number is the tuple (op type, attrs,
+Nodes are visited in creation order (topological for data edges). A node's value number is the tuple (op type, attrs,
 the value numbers of its inputs, its control inputs (after merging), its requested device,
 its outputs' static shapes); the first node with a given number is kept and every later one
 is merged into it: its consumers, control dependents, fetches and targets move to the kept
@@ -16,6 +16,8 @@ hashing never costs more than the merge saves.
 """
 
 from __future__ import annotations
+
+import weakref
 
 import numpy as np
 
@@ -69,32 +71,50 @@ def _freeze(v):
 
 
 def mergeable(op, fed) -> bool:
-    d = op.op_def
-    if d.stateful or op.type in NEVER_MERGE or d.outputs_ref or not op.outputs:
+    d = op._op_def
+    if d.stateful or d.name in NEVER_MERGE or d.outputs_ref or not op._outputs:
         return False
     if any(a.is_ref for a in d.inputs):
         return False
-    return not any(t in fed for t in op.outputs)
+    return not any(t in fed for t in op._outputs)
 
 
-def value_numbering(nodes, fed=()) -> tuple[dict, dict]:
-    """({merged tensor: kept tensor}, {merged op: kept op}) for ``nodes``."""
+# The attrs and shapes part of a node's number, per user node: plans are rebuilt (new copies)
+# far more often than nodes change, and freezing a constant's value means copying its bytes.
+_static_keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+
+
+def _static_key(op):
+    return (op._op_def.name, tuple(sorted((k, _freeze(v)) for k, v in op._attrs.items())), op._device,
+            tuple(None if t._shape.dims is None else tuple(t._shape.dims) for t in op._outputs))
+
+
+def value_numbering(nodes, fed=(), origin=None) -> tuple[dict, dict]:
+    """({merged tensor: kept tensor}, {merged op: kept op}) for ``nodes``, visited in the
+    given order (creation order is topological for data edges; where it is not — a loop's
+    back edge — a node merges less, never wrongly). ``origin`` maps plan nodes to the
+    user's nodes, whose static keys are cached."""
     fed = set(fed)
     canon_t: dict = {}
     canon_op: dict = {}
     table: dict = {}
-    for op in plan_graph.topological(nodes):
+    origin = origin or {}
+    for op in nodes:
         if not mergeable(op, fed):
             continue
         try:
-            key = (
-                op.type,
-                tuple(sorted((k, _freeze(v)) for k, v in op._attrs.items())),
-                tuple(canon_t.get(t, t) for t in op._inputs),
-                frozenset(canon_op.get(c, c) for c in op._control_inputs),
-                op._device,
-                tuple(None if t._shape.dims is None else tuple(t._shape.dims) for t in op._outputs),
-            )
+            src = origin.get(op)
+            if src is None:
+                static = _static_key(op)
+            else:
+                static = _static_keys.get(src)
+                if static is None:
+                    static = _static_keys[src] = _static_key(op)
+            ins = op._inputs
+            if canon_t:
+                ins = tuple([canon_t.get(t, t) for t in ins])
+            ctrl = op._control_inputs
+            key = (static, ins, frozenset([canon_op.get(c, c) for c in ctrl]) if ctrl else None)
             kept = table.get(key)
         except TypeError:  # something unhashable slipped through: keep the node
             continue
@@ -112,6 +132,6 @@ def cse_pass(plan) -> None:
     opts = getattr(plan.config, "graph_options", None)
     if opts is not None and not getattr(opts, "enable_cse", True):
         return
-    canon_t, canon_op = value_numbering(plan.nodes, plan.feeds)
+    canon_t, canon_op = value_numbering(plan.nodes, plan.feeds, getattr(plan, "origin", None))
     if canon_op:
         plan_graph.replace(plan, canon_t, canon_op)
