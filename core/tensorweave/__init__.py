@@ -35,6 +35,7 @@ from tensorweave.ops.init_ops import *  # noqa: F401,F403
 from tensorweave.ops.variable_scope import *  # noqa: F401,F403
 from tensorweave.ops.array_ops import *  # noqa: F401,F403  (each family lists its API in __all__)
 from tensorweave.ops.control_ops import group, no_op
+from tensorweave.ops.control_flow_ops import case, cond, while_loop
 from tensorweave.ops.gradients import NotDifferentiable, RegisterGradient, gradients, no_gradient
 from tensorweave.ops.control_ops import tuple_ as tuple
 from tensorweave.ops.data_flow_ops import FIFOQueue, QueueBase, RandomShuffleQueue, count_up_to

@@ -114,7 +114,7 @@ class Operation:
     """A node in the graph: an instance of an op type with attrs, inputs and outputs."""
 
     __slots__ = ("_graph", "_name", "_op_def", "_inputs", "_control_inputs", "_attrs",
-                 "_outputs", "_device", "_id", "__weakref__")
+                 "_outputs", "_device", "_id", "_control_flow_context", "__weakref__")
 
     def __init__(self, graph, name, op_def: OpDef, inputs, control_inputs, attrs, output_dtypes, device):
         self._graph = graph
@@ -126,6 +126,7 @@ class Operation:
         self._device = device
         self._id = len(graph._nodes)
         self._outputs = [Tensor(self, i, dt) for i, dt in enumerate(output_dtypes)]
+        self._control_flow_context = None  # the tw.cond/tw.while_loop context it was built in
 
     graph = property(lambda self: self._graph)
     name = property(lambda self: self._name)
@@ -319,6 +320,13 @@ class Graph:
     def _current_container(self) -> str:
         return self._scopes().container
 
+    # The innermost control-flow context (ops/control_flow_ops.py) new ops are built in.
+    def _get_control_flow_context(self):
+        return getattr(self._scopes(), "cf_context", None)
+
+    def _set_control_flow_context(self, ctx) -> None:
+        self._scopes().cf_context = ctx
+
     # -- colocation scope (tw.colocate_with) ---------------------------------------------
     @contextlib.contextmanager
     def colocate_with(self, op, ignore_existing=False):
@@ -433,11 +441,15 @@ class Graph:
             for c in group:
                 if c not in control and c not in input_ops:
                     control.append(c)
+        ctx = getattr(s, "cf_context", None)
+        if ctx is not None:  # inside tw.cond/tw.while_loop: captured inputs enter the context
+            inputs, control = ctx._process_new_op(op_def, inputs, control)
         device = s.device_stack[-1].to_string()
         if getattr(s, "colocation_stack", None):
             attrs = dict(attrs, _class=_colocation_classes(s.colocation_stack, attrs.get("_class")))
         with self._lock:
             op = Operation(self, name, op_def, inputs, control, attrs, output_dtypes, device)
+            op._control_flow_context = ctx
             self._nodes.append(op)
             self._by_name[name] = op
             self._version += 1

@@ -13,6 +13,8 @@ Gradient functions are registered with the op definitions, by any plugin
 
 from __future__ import annotations
 
+import contextlib
+
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import Operation, Tensor, convert_to_tensor
 from tensorweave.framework.op_def import NO_GRADIENT
@@ -38,12 +40,17 @@ def _as_x_tensor(x) -> Tensor:
 
 
 def _ops_between(from_ops: set, to_ops: list) -> set:
-    """Ops reachable forward from ``from_ops`` that also reach some op in ``to_ops``."""
+    """Ops reachable forward from ``from_ops`` that also reach some op in ``to_ops``.
+
+    The forward walk follows differentiable outputs only (as TF's): no gradient flows
+    through an int or bool tensor, and a loop's predicate must not look like a path (its
+    LoopCond would otherwise wait for a gradient that never comes)."""
     consumers: dict[Operation, list] = {}
     graph = next(iter(to_ops)).graph
     for op in graph._nodes:
         for t in op._inputs:
-            consumers.setdefault(t.op, []).append(op)
+            if _is_differentiable(t):
+                consumers.setdefault(t.op, []).append(op)
     reached = set()
     stack = list(from_ops)
     while stack:
@@ -105,26 +112,34 @@ def gradients(ys, xs, grad_ys=None, name="gradients", colocate_gradients_with_op
             grads.setdefault(y, []).append(gy)
 
         between = _ops_between({x.op for x in xs_list}, [y.op for y in ys])
+        loop_state = None
+        if any(op.type == "Exit" for op in between):  # through tw.while_loop (control_flow_grad.py)
+            from tensorweave.ops import control_flow_grad
+
+            loop_state = control_flow_grad.maybe_create_state(graph, between)
         # How many consumers in `between` each op still waits for before its gradient is complete.
         pending = {op: 0 for op in between}
         for op in between:
             for t in op._inputs:
                 if t.op in between:
                     pending[t.op] += 1
-        ready = [op for op in between if pending[op] == 0]
         # An x's producer is not differentiated further unless another x feeds it.
         for x in xs_list:
             if not any(t.op in between for t in x.op._inputs):
                 stop_ops.add(x.op)
-        while ready:
-            op = ready.pop()
-            if op not in stop_ops:
-                _backprop_op(op, grads, math_ops)
-            for t in op._inputs:
-                if t.op in between:
-                    pending[t.op] -= 1
-                    if pending[t.op] == 0:
-                        ready.append(t.op)
+        if loop_state is not None:
+            _backprop_loops(ys, between, pending, stop_ops, grads, loop_state, math_ops)
+        else:
+            ready = [op for op in between if pending[op] == 0]
+            while ready:
+                op = ready.pop()
+                if op not in stop_ops:
+                    _backprop_op(op, grads, math_ops)
+                for t in op._inputs:
+                    if t.op in between:
+                        pending[t.op] -= 1
+                        if pending[t.op] == 0:
+                            ready.append(t.op)
 
         result = []
         for x in xs_list:
@@ -133,16 +148,56 @@ def gradients(ys, xs, grad_ys=None, name="gradients", colocate_gradients_with_op
     return result
 
 
-def _backprop_op(op: Operation, grads: dict, math_ops) -> None:
+def _backprop_loops(ys, between, pending, stop_ops, grads, loop_state, math_ops) -> None:
+    """The backward walk when it goes through while loops (TF1's scheme): FIFO order; a
+    loop's Switch is visited once from its Exit and once from the body; a loop's Exits
+    are processed together, once all of them are ready."""
+    import collections
+
+    from tensorweave.ops.control_flow_grad import _is_loop_exit, _is_loop_switch, _trainable
+
+    queue = collections.deque()
+    to_ops = set()
+    for y in ys:
+        if y.op in between and pending[y.op] == 0 and y.op not in to_ops:
+            to_ops.add(y.op)
+            queue.append(y.op)
+    for y in loop_state.process_unused_loop_exits(pending, to_ops):
+        if _trainable(y):
+            grads.setdefault(y, []).append(loop_state.zeros_like_for_exit(y))
+            queue.append(y.op)
+    while queue:
+        op = queue.popleft()
+        if op not in stop_ops:
+            _backprop_op(op, grads, math_ops, loop_state)
+        for t in op._inputs:
+            x = t.op
+            if x not in between:
+                continue
+            pending[x] -= 1
+            ready = pending[x] == 0 or (pending[x] > 0 and _is_loop_switch(x))
+            if not ready:
+                continue
+            if _is_loop_exit(x):
+                loop_state.exit_ready(x, grads, queue)
+            else:
+                queue.append(x)
+    loop_state.post_processing()
+
+
+def _backprop_op(op: Operation, grads: dict, math_ops, loop_state=None) -> None:
     out_grads = []
     has_grad = False
-    for t in op._outputs:
-        parts = grads.get(t)
-        if parts:
-            has_grad = True
-            out_grads.append(_aggregate(parts, math_ops))
-        else:
-            out_grads.append(None)
+    with loop_state.grad_scope(op, before=True) if loop_state else contextlib.nullcontext():
+        for t in op._outputs:
+            parts = grads.get(t)
+            if parts:
+                has_grad = True
+                agg = _aggregate(parts, math_ops)
+                grads[t] = [agg]  # a loop Switch is visited twice: sum once
+                out_grads.append(agg)
+            else:
+                out_grads.append(None)
     if not has_grad:
         return
     fn = op.op_def.gradient
@@ -157,9 +212,16 @@ def _backprop_op(op: Operation, grads: dict, math_ops) -> None:
             f"differentiable with tw.NotDifferentiable(\"{op.type}\")", node_def=op.name, op=op)
     from tensorweave.ops import array_ops
 
-    # Outputs that received no gradient contribute zeros (multi-output ops).
-    out_grads = [g if g is not None else (array_ops.zeros_like(t) if _is_differentiable(t) else None)
-                 for g, t in zip(out_grads, op._outputs)]
+    with loop_state.grad_scope(op, before=False) if loop_state else contextlib.nullcontext():
+        _grads_of_inputs(op, fn, out_grads, grads, loop_state, array_ops)
+
+
+def _grads_of_inputs(op, fn, out_grads, grads, loop_state, array_ops) -> None:
+    # Outputs that received no gradient contribute zeros (multi-output ops). In a cond, the
+    # zeros of a branch Switch's other output are live only when that side was taken.
+    out_grads = [g if g is not None or not _is_differentiable(t) else
+                 (loop_state.zeros_like(op, i) if loop_state else array_ops.zeros_like(t))
+                 for i, (g, t) in enumerate(zip(out_grads, op._outputs))]
     with op.graph.name_scope(op.name + "_grad"):
         in_grads = fn(op, *out_grads)
     if isinstance(in_grads, Tensor) or in_grads is None:

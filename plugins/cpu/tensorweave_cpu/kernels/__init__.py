@@ -6,7 +6,7 @@ from __future__ import annotations
 import importlib
 
 FAMILIES = ("array", "math", "random", "state", "control", "nn", "training", "data_flow", "checkpoint", "io",
-            "compression")
+            "compression", "stack")
 
 
 def register_all(registry):

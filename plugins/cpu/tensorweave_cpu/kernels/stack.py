@@ -1,0 +1,79 @@
+"""Stack kernels (StackV2, StackPushV2, StackPopV2, StackCloseV2) for loop gradients.
+
+A stack lives for one step: its elements are kept in ``StepContext.step_resources`` (a dict
+the executor clears when the step ends) under the stack's handle, a plain string that names
+the node and a per-kernel counter (never a Python object in a tensor). The forward loop of a
+gradient pushes one value per iteration; the backward loop pops them in reverse order.
+Pushes and pops of concurrent iterations are ordered by control edges in the graph
+(ops/control_flow_grad.py), so the kernels only need each list operation to be atomic.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+
+from tensorweave.framework import errors
+
+CPU = "CPU"
+
+
+def _resources(ctx, step):
+    res = getattr(step, "step_resources", None)
+    if res is None:
+        raise ctx.error(errors.FailedPreconditionError, "the executor gave this step no step_resources")
+    return res
+
+
+def _key(handle) -> str:
+    h = handle.item() if isinstance(handle, np.ndarray) else handle
+    return h.decode() if isinstance(h, bytes) else str(h)
+
+
+def _lookup(ctx, step, handle):
+    key = _key(handle)
+    stack = _resources(ctx, step).get(key)
+    if stack is None:
+        raise ctx.error(errors.NotFoundError, f"stack {key!r} does not exist in this step (closed, or "
+                                              "created by another step)")
+    return key, stack
+
+
+def _stack(ctx):
+    counter = itertools.count()
+    name = ctx.attrs.get("stack_name") or ctx.node_name
+
+    def stack(step, max_size):
+        key = f"stack:{name}:{next(counter)}"
+        _resources(ctx, step)[key] = []
+        return np.array(key.encode(), dtype=object)
+    return stack
+
+
+def _push(ctx):
+    def push(step, handle, elem):
+        _lookup(ctx, step, handle)[1].append(elem)
+        return elem
+    return push
+
+
+def _pop(ctx):
+    def pop(step, handle):
+        key, stack = _lookup(ctx, step, handle)
+        try:
+            return stack.pop()
+        except IndexError:
+            raise ctx.error(errors.OutOfRangeError, f"pop from empty stack {key!r}") from None
+    return pop
+
+
+def _close(ctx):
+    def close(step, handle):
+        _resources(ctx, step).pop(_key(handle), None)
+    return close
+
+
+def register(reg):
+    for op, factory in (("StackV2", _stack), ("StackPushV2", _push), ("StackPopV2", _pop), ("StackCloseV2", _close)):
+        reg.register(op, CPU, factory=factory, takes_context=True)
