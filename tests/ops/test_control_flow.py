@@ -327,3 +327,20 @@ def test_bad_arguments():
         tw.cond(True, 1, lambda: 2)
     with pytest.raises(errors.InvalidArgumentError, match="maximum_iterations"):
         tw.while_loop(lambda i: i < 3, lambda i: i + 1, [0], maximum_iterations=2.5)
+
+
+def test_loop_and_cond_graphs_round_trip_through_graph_def():
+    n = tw.placeholder(tw.int32, [], name="n")
+    _, total = tw.while_loop(lambda i, s: i <= n, lambda i, s: (i + 1, s + i), [1, 0])
+    x = tw.placeholder(tw.float64, [], name="x")
+    c = tw.cond(x > 0, lambda: x * 2.0, lambda: -x)
+    (g,) = tw.gradients(tw.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, a * x), [0, x])[1], x)
+    gd = tw.get_default_graph().as_graph_def()
+    with tw.Graph().as_default() as g2:
+        tw.import_graph_def(gd, name="")
+        # The same nodes (a loop's back edge NextIteration -> Merge is connected after import).
+        key = sorted(gd["node"], key=lambda d: d["name"])
+        assert sorted(g2.as_graph_def()["node"], key=lambda d: d["name"]) == key
+        t = g2.get_tensor_by_name
+        out = run([t(total.name), t(c.name), t(g.name)], {t("n:0"): 10, t("x:0"): -3.0})
+        assert out == [55, 3.0, 4 * (-3.0) ** 3]

@@ -224,3 +224,51 @@ def test_second_order_through_loop_is_refused():
         (g,) = tw.gradients(out, x)
         with pytest.raises(errors.UnimplementedError, match="second-order"):
             tw.gradients(g, x)
+
+
+def test_cond_in_while_passing_a_loop_value_through():
+    # One branch returns the loop variable itself: its zeros on the other side are guarded.
+    def fn(x):
+        def body(i, a):
+            return i + 1, tw.cond(tw.reduce_sum(a) > 2.0, lambda: a, lambda: a * x)
+        return tw.while_loop(lambda i, a: i < 5, body, [0, x])[1]
+    check_gradients(fn, [np.array([0.9, 1.2])])
+
+
+def test_cond_in_while_with_unknown_shapes():
+    # Zeros for the untaken side need the shape at run time: it is kept on a stack too.
+    def fn(x):
+        h = tw.placeholder_with_default(x, [None])
+
+        def body(i, a):
+            return i + 1, tw.cond(tw.reduce_sum(a) > 2.0, lambda: a, lambda: a * h)
+        return tw.while_loop(lambda i, a: i < 5, body, [0, h])[1]
+    check_gradients(fn, [np.array([0.9, 1.2])])
+
+
+def test_multi_output_op_in_loop_with_unknown_shapes():
+    def fn(x):
+        h = tw.placeholder_with_default(x, [None])
+
+        def body(i, a):
+            p, q = tw.split(a, 2)
+            return i + 1, tw.concat([q * p, p], 0)
+        return tw.while_loop(lambda i, a: i < 3, body, [0, h])[1]
+    check_gradients(fn, [np.array([0.9, 1.2])])
+
+
+def test_cond_in_nested_while_with_outer_invariant():
+    def fn(x, w):
+        def outer(i, a):
+            def inner(j, b):
+                return j + 1, tw.cond(j > 0, lambda: b * w, lambda: tw.sin(b))
+            return i + 1, tw.while_loop(lambda j, b: j < 2, inner, [0, a])[1] + a
+        return tw.while_loop(lambda i, a: i < 2, outer, [0, x])[1]
+    check_gradients(fn, [np.array([0.3, 0.6]), np.array([0.9, 1.1])])
+
+
+def test_input_used_by_the_loop_predicate_too():
+    def fn(x):
+        return tw.while_loop(lambda i, a: tw.reduce_sum(a) < tw.reduce_sum(x) * 10,
+                             lambda i, a: (i + 1, a * 1.5 + x), [0, x])[1]
+    check_gradients(fn, [np.array([0.9, 1.2])])

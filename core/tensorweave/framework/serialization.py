@@ -176,6 +176,8 @@ def import_graph_def(graph_def: dict, input_map=None, return_elements=None, name
         state[nm] = 1
         for inp in by_name[nm].get("input", []):
             src = inp[1:] if inp.startswith("^") else inp.rsplit(":", 1)[0]
+            if _is_back_edge(by_name, nm, inp, src):
+                continue  # a loop's NextIteration -> Merge edge: connected after both exist
             if inp.startswith("^") or inp not in input_map:
                 visit(src, nm)
         state[nm] = 2
@@ -184,6 +186,7 @@ def import_graph_def(graph_def: dict, input_map=None, return_elements=None, name
     for n in nodes:
         visit(n["name"], n["name"])
 
+    back_edges = []  # (merge name, input position, NextIteration input reference)
     with g.as_default(), g.name_scope(None):
         for nm in order:
             n = by_name[nm]
@@ -191,6 +194,9 @@ def import_graph_def(graph_def: dict, input_map=None, return_elements=None, name
             for inp in n.get("input", []):
                 if inp.startswith("^"):
                     ctrl.append(created[inp[1:]])
+                elif _is_back_edge(by_name, nm, inp, inp.rsplit(":", 1)[0]) and inp not in input_map:
+                    back_edges.append((nm, len(data_inputs), inp))
+                    data_inputs.append(None)
                 elif inp in input_map:
                     data_inputs.append(input_map[inp])
                 else:
@@ -201,9 +207,21 @@ def import_graph_def(graph_def: dict, input_map=None, return_elements=None, name
                     except (ValueError, IndexError):
                         raise errors.InvalidArgumentError(f"node {nm!r}: bad input reference {inp!r}") from None
             attrs = {k: decode_attr(v) for k, v in (n.get("attr") or {}).items()}
+            if None in data_inputs:  # a loop Merge: its Enter input stands in for the back edge
+                stand_in = next((t for t in data_inputs if t is not None), None)
+                if stand_in is None:
+                    raise errors.InvalidArgumentError(f"loop Merge node {nm!r} has no input from outside the loop")
+                data_inputs = [stand_in if t is None else t for t in data_inputs]
             with g.control_dependencies(ctrl or None), g.device(n.get("device") or None):
                 out = _create_named(g, n["op"], data_inputs, attrs, full(nm))
             created[nm] = out
+        for nm, pos, inp in back_edges:
+            src, _, idx = inp.rpartition(":")
+            merge = created[nm]
+            ins = list(merge._inputs)
+            ins[pos] = created[src].outputs[int(idx)]
+            merge._inputs = tuple(ins)
+            g._version += 1
     if return_elements is None:
         return None
     out = []
@@ -214,6 +232,12 @@ def import_graph_def(graph_def: dict, input_map=None, return_elements=None, name
         else:
             out.append(created[r])
     return out
+
+
+def _is_back_edge(by_name, nm, inp, src) -> bool:
+    """The edge NextIteration -> Merge that closes a while loop (graphs are otherwise acyclic)."""
+    return (not inp.startswith("^") and by_name[nm]["op"] == "Merge"
+            and by_name.get(src, {}).get("op") == "NextIteration")
 
 
 def _create_named(g, op_type, flat_inputs, attrs, exact_name):
