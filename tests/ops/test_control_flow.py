@@ -344,3 +344,15 @@ def test_loop_and_cond_graphs_round_trip_through_graph_def():
         t = g2.get_tensor_by_name
         out = run([t(total.name), t(c.name), t(g.name)], {t("n:0"): 10, t("x:0"): -3.0})
         assert out == [55, 3.0, 4 * (-3.0) ** 3]
+
+
+def test_outer_control_dependencies_reach_ops_in_a_loop_through_a_proxy(fresh_graph):
+    v = tw.Variable(1.0)
+    with tw.control_dependencies([tw.assign(v, 5.0)]):
+        r = tw.while_loop(lambda i, a: i < 3, lambda i, a: (i + 1, a + v.read_value()), [0, 0.0])[1]
+    # No op in the loop has a control input from outside its frame: a proxy stands in.
+    loop_ops = [op for op in fresh_graph.get_operations() if isinstance(op._control_flow_context, WhileContext)]
+    assert all(c._control_flow_context is not None for op in loop_ops for c in op.control_inputs)
+    with tw.Session() as sess:
+        sess.run(tw.global_variables_initializer())
+        assert sess.run(r) == 15.0
