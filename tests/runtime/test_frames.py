@@ -167,3 +167,81 @@ def test_failure_inside_a_loop_ends_the_step_cleanly():
         with pytest.raises(errors.InvalidArgumentError, match="bad n"):
             sess.run([s, bad], {n: 3}, options=tw.RunOptions(timeout_in_ms=20000))
         assert sess.run(s, {n: 10}) == 110.0  # the session keeps working
+
+
+def test_endless_loop_is_stopped_by_the_step_timeout():
+    i = tw.while_loop(lambda i: i >= 0, lambda i: i + 1, [tw.constant(0)])
+    with tw.Session() as sess:
+        with pytest.raises(errors.DeadlineExceededError, match="timed out"):
+            sess.run(i, options=tw.RunOptions(timeout_in_ms=300))
+    cfg = tw.ConfigProto(operation_timeout_in_ms=300)
+    with tw.Session(config=cfg) as sess:
+        with pytest.raises(errors.DeadlineExceededError):
+            sess.run(i)
+
+
+def test_control_trigger_runs_in_a_dead_branch():
+    p = tw.placeholder(tw.bool, [], name="p")
+    x = tw.placeholder(tw.float32, [], name="x")
+    f, t = apply_op("Switch", [x, p])
+    with tw.control_dependencies([tw.identity(t).op]):
+        trigger = apply_op("ControlTrigger", [])
+    with tw.control_dependencies([trigger]):
+        after = tw.identity(x)
+    with tw.Session() as sess:
+        assert sess.run(after, {x: 2.0, p: False}) == 2.0  # live although its trigger's input is dead
+
+
+@pytest.mark.parametrize("parallel_iterations", [1, 10])
+def test_while_loop_body_on_two_devices_and_its_gradient(fake_devices, parallel_iterations):
+    """tw.while_loop with part of the body on another device, and tw.gradients through it."""
+    x = tw.placeholder(tw.float32, [3], name="x")
+    w = tw.constant(np.array([0.5, -1.0, 2.0], np.float32))
+
+    def body(i, a):
+        with tw.device(FAKE0):
+            a = a * 0.9 + x * w
+        return i + 1, a
+
+    _, a = tw.while_loop(lambda i, a: i < 20, body, [tw.constant(0), tw.zeros([3])],
+                         parallel_iterations=parallel_iterations)
+    loss = tw.reduce_sum(a * a)
+    (g,) = tw.gradients(loss, [x])
+    xv = np.array([1.0, 2.0, -1.0], np.float32)
+    ref_a = np.zeros(3)
+    for _ in range(20):
+        ref_a = ref_a * 0.9 + xv * np.array([0.5, -1.0, 2.0])
+    coef = sum(0.9 ** k for k in range(20))  # a = coef * x * w
+    with tw.Session() as sess:
+        opts = tw.RunOptions(timeout_in_ms=30000)
+        placement = sess.placement([a, g], {x: xv})
+        assert "FAKE" in " ".join(placement.values()) and "CPU" in " ".join(placement.values())
+        av, gv = sess.run([a, g], {x: xv}, options=opts)
+        np.testing.assert_allclose(av, ref_a, rtol=1e-5)
+        np.testing.assert_allclose(gv, 2 * ref_a * coef * np.array([0.5, -1.0, 2.0]), rtol=1e-4)
+
+
+def test_cond_inside_while_on_two_devices(fake_devices):
+    def body(i, s):
+        with tw.device(FAKE0):
+            s = tw.cond(tw.equal(i % 2, 0), lambda: s + tw.cast(i, tw.float32), lambda: s - 1.0)
+        return i + 1, s
+
+    _, s = tw.while_loop(lambda i, s: i < 10, body, [tw.constant(0), tw.constant(0.0)])
+    with tw.Session() as sess:
+        assert sess.run(s, options=tw.RunOptions(timeout_in_ms=30000)) == float(0 + 2 + 4 + 6 + 8 - 5)
+
+
+def test_nested_loops_on_two_devices(fake_devices):
+    def outer(i, total):
+        def inner(j, t):
+            with tw.device(FAKE0):
+                t = t + tw.cast(i * j, tw.float32)
+            return j + 1, t
+        _, total = tw.while_loop(lambda j, t: j < i, inner, [tw.constant(0), total])
+        return i + 1, total
+
+    _, total = tw.while_loop(lambda i, t: i < 6, outer, [tw.constant(0), tw.constant(0.0)])
+    expect = sum(i * j for i in range(6) for j in range(i))
+    with tw.Session() as sess:
+        assert sess.run(total, options=tw.RunOptions(timeout_in_ms=30000)) == float(expect)

@@ -637,13 +637,15 @@ class CompiledPartition:
     # ------------------------------------------------------------------------------------
     def run_dynamic(self, feed_values, step: StepContext, pool: ThreadPoolExecutor, timeout: float | None):
         """Pending counts and a ready queue at run time; expensive nodes on the pool."""
-        return self.finish(self.start(feed_values, step, pool), timeout)
+        return self.finish(self.start(feed_values, step, pool, timeout), timeout)
 
-    def start(self, feed_values, step: StepContext, pool: ThreadPoolExecutor) -> _DynamicState:
-        """Begin a dynamic execution: runs what is ready inline, returns without waiting."""
+    def start(self, feed_values, step: StepContext, pool: ThreadPoolExecutor,
+              timeout: float | None = None) -> _DynamicState:
+        """Begin a dynamic execution: runs what is ready inline, returns without waiting.
+        ``timeout`` bounds loops, which may run inline for as long as they iterate."""
         if self.frame_info is not None:
             from tensorweave.runtime.frames import FrameState
-            state = FrameState(self, self._initial_values(feed_values), step, pool)
+            state = FrameState(self, self._initial_values(feed_values), step, pool, timeout)
         else:
             state = _DynamicState(self, self._initial_values(feed_values), step, pool)
         state.start()

@@ -150,8 +150,13 @@ class FrameState:
     """Run-time state of one step of a partition with control flow (interface of
     executor._DynamicState: ``start``, ``done``, ``error``, ``vals``, ``step``)."""
 
-    def __init__(self, part, vals, step, pool):
+    def __init__(self, part, vals, step, pool, timeout=None):
         self.part = part
+        # Loops run inline for as long as they iterate, so the step's deadline is checked
+        # here too, not only by the thread that waits in finish().
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.timeout = timeout
+        self._ticks = 0
         self.info: FrameInfo = part.frame_info
         self.step = step
         self.pool = pool
@@ -380,8 +385,16 @@ class FrameState:
         try:
             while queue:
                 n, it, dead = queue.pop(0)
+                if self.deadline is not None:
+                    self._ticks += 1
+                    if self._ticks & 255 == 0 and time.monotonic() > self.deadline and self.error is None:
+                        self._fail(errors.DeadlineExceededError(
+                            f"step timed out after {self.timeout:.3f}s on {self.part.device.name} "
+                            f"(in frame '{it.frame.name}', iteration {it.i})"), n)
                 if self.error is not None or self.step.cancelled:
                     dead = True  # drain: nothing more runs, every activation still finishes
+                elif dead and self.info.role[n] == R_TRIGGER:
+                    dead = False  # a ControlTrigger runs even where its inputs are dead
                 if dead:
                     if self.info.role[n] == R_SEND and self.error is None:
                         try:

@@ -364,7 +364,7 @@ class Session:
         states, errs = [], []
         for cp in plan.partitions:
             try:
-                states.append((cp, cp.start([feed_vals[i] for i in cp.feed_index], step, pool)))
+                states.append((cp, cp.start([feed_vals[i] for i in cp.feed_index], step, pool, timeout)))
             except Exception as e:  # noqa: BLE001 - e.g. a feed the device refuses
                 rendezvous.abort(e)
                 errs.append(e)
