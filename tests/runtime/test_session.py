@@ -1,6 +1,7 @@
 """Session.run: fetch structures, feeds, pruning, extend, errors, lifecycle."""
 
 import collections
+import time
 
 import numpy as np
 import pytest
@@ -170,3 +171,30 @@ def test_make_callable(sess):
     x = tw.placeholder(tw.float32, [])
     f = sess.make_callable(x * 2.0, [x])
     assert f(3.0) == 6.0
+
+
+def test_close_cancels_a_step_blocked_in_another_thread():
+    import threading
+
+    with tw.container("close_test"):  # named: closing the session does not reset it
+        q = tw.FIFOQueue(2, [tw.float32], shapes=[[]], shared_name="close_cancels")
+    x = q.dequeue()
+    sess = tw.Session()
+    box = {}
+
+    def run():
+        try:
+            sess.run(x)
+        except errors.OpError as e:
+            box["error"] = e
+
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 10
+    while not sess._active_steps and time.monotonic() < deadline:
+        time.sleep(0.001)  # poll until the step is running (bounded)
+    sess.close()
+    t.join(10)
+    assert not t.is_alive()
+    assert isinstance(box.get("error"), errors.CancelledError)
+    tw.Session.reset("", ["close_test"])

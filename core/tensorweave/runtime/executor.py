@@ -663,6 +663,8 @@ class CompiledPartition:
         if state.error is not None:
             e, op = state.error
             raise wrap_kernel_error(e, op, self.device) from (None if isinstance(e, errors.OpError) else e)
+        if state.step.cancelled:  # nodes were skipped: there are no results to return
+            raise errors.CancelledError(f"the step was cancelled on {self.device.name} (the session was closed)")
         vals = state.vals
         try:
             for fn, slot in self.end_reads:

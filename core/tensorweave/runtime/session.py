@@ -295,6 +295,7 @@ class Session:
         self._closed = False
         self._step_ids = itertools.count(1)
         self._pool: ThreadPoolExecutor | None = None
+        self._active_steps: set = set()
         self._lock = threading.Lock()
         self._default_ctx = None
 
@@ -338,7 +339,11 @@ class Session:
             part = plan.partition
             step = StepContext(next(self._step_ids), None, options, self, stats)
             if plan.dynamic:
-                out = part.run_dynamic(feed_vals, step, self._thread_pool(), timeout)
+                self._active_steps.add(step)  # only steps that can wait need cancelling on close
+                try:
+                    out = part.run_dynamic(feed_vals, step, self._thread_pool(), timeout)
+                finally:
+                    self._active_steps.discard(step)
             elif tracing:
                 out = part.run_traced(feed_vals, step, run_metadata.step_stats)
             else:
@@ -361,6 +366,13 @@ class Session:
         rendezvous = LocalRendezvous()
         step = StepContext(next(self._step_ids), rendezvous, options, self, stats)
         pool = self._thread_pool()
+        self._active_steps.add(step)
+        try:
+            return self._run_partitions(plan, feed_vals, timeout, rendezvous, step, pool)
+        finally:
+            self._active_steps.discard(step)
+
+    def _run_partitions(self, plan, feed_vals, timeout, rendezvous, step, pool):
         states, errs = [], []
         for cp in plan.partitions:
             try:
@@ -426,6 +438,12 @@ class Session:
         if self._closed:
             return
         self._closed = True
+        # Steps still running in other threads (a dequeue waiting on an empty queue) end now
+        # with CancelledError instead of waiting forever on a session that is gone.
+        for step in list(self._active_steps):
+            step.cancel()
+            if step.rendezvous is not None:
+                step.rendezvous.abort(errors.CancelledError("the session was closed during the step"))
         self._plans.clear()
         self._kernel_cache.clear()
         self._resources.local.reset()
