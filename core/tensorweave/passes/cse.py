@@ -79,21 +79,22 @@ def mergeable(op, fed) -> bool:
     return not any(t in fed for t in op._outputs)
 
 
-# The attrs and shapes part of a node's number, per user node: plans are rebuilt (new copies)
-# far more often than nodes change, and freezing a constant's value means copying its bytes.
-_static_keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
+# The frozen attrs of each user node: plans are rebuilt (new copies) far more often than
+# nodes change, and freezing a constant's value means copying its bytes. Attrs are fixed
+# when a node is created; its device and static shapes may change later, so they are not
+# cached.
+_attr_keys: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()
 
 
-def _static_key(op):
-    return (op._op_def.name, tuple(sorted((k, _freeze(v)) for k, v in op._attrs.items())), op._device,
-            tuple(None if t._shape.dims is None else tuple(t._shape.dims) for t in op._outputs))
+def _attrs_key(op):
+    return tuple(sorted((k, _freeze(v)) for k, v in op._attrs.items()))
 
 
 def value_numbering(nodes, fed=(), origin=None) -> tuple[dict, dict]:
     """({merged tensor: kept tensor}, {merged op: kept op}) for ``nodes``, visited in the
     given order (creation order is topological for data edges; where it is not — a loop's
     back edge — a node merges less, never wrongly). ``origin`` maps plan nodes to the
-    user's nodes, whose static keys are cached."""
+    user's nodes, whose frozen attrs are cached."""
     fed = set(fed)
     canon_t: dict = {}
     canon_op: dict = {}
@@ -105,16 +106,18 @@ def value_numbering(nodes, fed=(), origin=None) -> tuple[dict, dict]:
         try:
             src = origin.get(op)
             if src is None:
-                static = _static_key(op)
+                attrs = _attrs_key(op)
             else:
-                static = _static_keys.get(src)
-                if static is None:
-                    static = _static_keys[src] = _static_key(op)
+                attrs = _attr_keys.get(src)
+                if attrs is None:
+                    attrs = _attr_keys[src] = _attrs_key(op)
             ins = op._inputs
             if canon_t:
                 ins = tuple([canon_t.get(t, t) for t in ins])
             ctrl = op._control_inputs
-            key = (static, ins, frozenset([canon_op.get(c, c) for c in ctrl]) if ctrl else None)
+            key = (op._op_def.name, attrs, ins, frozenset([canon_op.get(c, c) for c in ctrl]) if ctrl else None,
+                   op._device, tuple([t._shape.dims if t._shape.dims is None else tuple(t._shape.dims)
+                                      for t in op._outputs]))
             kept = table.get(key)
         except TypeError:  # something unhashable slipped through: keep the node
             continue
