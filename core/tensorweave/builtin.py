@@ -60,6 +60,13 @@ def tensorweave_register_passes(registry):
 
 
 @hookimpl
+def tensorweave_register_transports(registry):
+    from tensorweave.distributed.transport import InProcTransport
+
+    registry.register("inproc", InProcTransport)
+
+
+@hookimpl
 def tensorweave_register_placers(registry):
     from tensorweave.passes.placement import DefaultPlacer
 
