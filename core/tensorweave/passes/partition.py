@@ -35,11 +35,20 @@ class Transfer:
     iterations: str = "all"
     # Local nodes of the destination the Recv must wait for (set by recv scheduling).
     wait_for: list = dataclasses.field(default_factory=list)
+    # The name both sides key the value by, when it differs from the tensor's own name (a
+    # worker's copy of a partition names its Recv nodes differently).
+    key_name: str | None = None
+
+    @property
+    def name(self) -> str:
+        """What the rendezvous key calls the value: the tensor's name, or ^op for a control edge."""
+        if self.key_name is not None:
+            return self.key_name
+        return self.tensor.name if self.tensor is not None else "^" + self.control_op.name
 
     @property
     def key(self) -> str:
-        what = self.tensor.name if self.tensor is not None else "^" + self.control_op.name
-        return f"{self.src.name};{self.dst.name};{what}"
+        return f"{self.src.name};{self.dst.name};{self.name}"
 
 
 @dataclasses.dataclass
@@ -66,10 +75,7 @@ class Partition:
             name = f"_recv_{len(recv_name)}"
             recv_name[(r.tensor if r.tensor is not None else r.control_op)] = name
             out.append({"name": name, "op": "_Recv", "input": ["^" + w.name for w in r.wait_for],
-                        "device": self.device.name,
-                        "attr": {"tensor_name": {"s": r.key.rsplit(";", 1)[1]}, "send_device": {"s": r.src.name},
-                                 "recv_device": {"s": r.dst.name},
-                                 "tensor_type": {"type": (r.tensor.dtype.name if r.tensor is not None else "float32")}}})
+                        "device": self.device.name, "attr": _transfer_attrs(r)})
         for op in self.nodes:
             d = node_to_dict(op)
             inputs = []
@@ -84,9 +90,17 @@ class Partition:
             src = s.tensor.name if s.tensor is not None else None
             out.append({"name": f"_send_{i}", "op": "_Send",
                         "input": [src] if src else ["^" + s.control_op.name], "device": self.device.name,
-                        "attr": {"tensor_name": {"s": s.key.rsplit(";", 1)[1]}, "send_device": {"s": s.src.name},
-                                 "recv_device": {"s": s.dst.name}}})
+                        "attr": _transfer_attrs(s)})
         return {"versions": {"producer": 1}, "node": out}
+
+
+def _transfer_attrs(tr: Transfer) -> dict:
+    """A Transfer as the attrs of its ``_Send``/``_Recv`` node: enough for a worker to rebuild it."""
+    return {"tensor_name": {"s": tr.name}, "send_device": {"s": tr.src.name},
+            "recv_device": {"s": tr.dst.name}, "control": {"b": tr.tensor is None},
+            "tensor_type": {"type": tr.tensor.dtype.name if tr.tensor is not None else "float32"},
+            "frame_name": {"s": tr.frame}, "iterations": {"s": tr.iterations},
+            "loop_cond_of": {"s": tr.cond_of or ""}}
 
 
 def control_flow_frames(nodes, feeds=()) -> tuple[dict, dict]:

@@ -291,7 +291,7 @@ class CompiledPartition:
         recv_big: set = set()
         for r in recvs:
             n = _Node()
-            what = r.tensor.name if r.tensor is not None else "^" + r.control_op.name
+            what = r.name
             n.op = _SyntheticOp(f"_recv[{what} from {r.src.name}]", "_Recv", next_id)
             next_id += 1
             n.kd, n.fn = _RECV_KD, _make_recv(make_key(r.src.name, r.dst.name, what), r.src, r.dst)
@@ -364,7 +364,7 @@ class CompiledPartition:
         # Send steps: right after the producer (or the control op) they carry.
         for tr in sends:
             n = _Node()
-            what = tr.tensor.name if tr.tensor is not None else "^" + tr.control_op.name
+            what = tr.name
             src_op = tr.tensor.op if tr.tensor is not None else tr.control_op
             n.op = _SyntheticOp(f"_send[{what} to {tr.dst.name}]", "_Send",
                                 getattr(src_op, "_id", 0) + 0.5)

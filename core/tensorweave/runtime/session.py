@@ -203,11 +203,16 @@ class _Plan:
         if session._config.log_device_placement:
             for op, d in placement.items():
                 print(f"{op.name}: ({op.type}): {d.name}", file=sys.stderr)
-        threads = session._config.inter_op_parallelism_threads
         parts = partition(self.nodes, placement, self.feeds)
         self.graph_parts = parts
         for _name, fn in reg.passes.ordered("post_partition"):
             fn(self)
+        self._compile(parts, placement, reg, session)
+
+    def _compile(self, parts, placement, reg, session):
+        """One executor per device partition (the distributed master registers them with
+        the workers instead: distributed/master.py)."""
+        threads = session._config.inter_op_parallelism_threads
         if len(parts) <= 1:
             # One device: the whole plan is one partition (the fast, common case).
             device = next(iter(parts), session._devices[0])
