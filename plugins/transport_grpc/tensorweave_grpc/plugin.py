@@ -1,7 +1,7 @@
-"""Entry point of the gRPC transport plugin. A skeleton: it registers no transport and says so.
+"""Entry point of the gRPC transport plugin: registers transport ``grpc`` and reports grpcio's version.
 
 grpcio is looked up in the installed distributions, not imported: importing it is slow and
-this probe runs whenever a process loads its plugins.
+this probe runs whenever a process loads its plugins (``GrpcTransport`` imports it lazily too).
 """
 
 from __future__ import annotations
@@ -9,6 +9,8 @@ from __future__ import annotations
 import importlib.metadata as md
 
 from tensorweave.plugins import hookimpl
+
+from .transport import GrpcTransport
 
 
 def grpcio_version() -> str | None:
@@ -20,8 +22,12 @@ def grpcio_version() -> str | None:
 
 def status() -> str:
     v = grpcio_version()
-    return ("skeleton: gRPC transport not implemented yet, registers no transport "
-            f"({'grpcio ' + v + ' installed' if v else 'grpcio not installed'})")
+    return f"transport grpc ({'grpcio ' + v if v else 'grpcio NOT installed: reinstall tensorweave-grpc'})"
+
+
+@hookimpl
+def tensorweave_register_transports(registry):
+    registry.register("grpc", GrpcTransport)
 
 
 @hookimpl
