@@ -49,10 +49,11 @@ class Security:
     """TLS and authentication settings for one server or channel."""
 
     tls_cert: bytes | None = None        # PEM certificate chain (server) / expected root (client)
-    tls_key: bytes | None = None         # PEM private key (server only)
+    tls_key: bytes | None = dataclasses.field(default=None, repr=False)  # PEM private key (server only)
     tls_root: bytes | None = None        # PEM root certificates a client trusts
     tls_server_name: str | None = None   # override of the name checked in the server certificate
-    token: str | None = None             # shared secret: clients send it, servers require it
+    # shared secret: clients send it, servers require it; kept out of repr (logs, tracebacks)
+    token: str | None = dataclasses.field(default=None, repr=False)
     max_message_bytes: int = 1 << 31     # larger requests/responses are refused
 
     @property

@@ -1,6 +1,7 @@
 """``tw.train``: optimizers, global step, input pipelines, Saver and checkpoints, hooks and
 MonitoredTrainingSession."""
 
+from tensorweave.distributed.cluster import ClusterSpec
 from tensorweave.ops.io_ops import match_filenames_once
 from tensorweave.train.adagrad import AdagradOptimizer
 from tensorweave.train.adam import AdamOptimizer
@@ -58,6 +59,7 @@ from tensorweave.train.training_util import (
 )
 
 __all__ = [
+    "ClusterSpec",
     "Optimizer",
     "GradientDescentOptimizer",
     "MomentumOptimizer",
