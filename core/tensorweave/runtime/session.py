@@ -273,11 +273,17 @@ class Session:
     ``target`` "" runs in this process. ``graph`` defaults to the default graph.
     """
 
+    _plan_class = _Plan
+
+    def __new__(cls, target="", *args, **kwargs):
+        # A remote target ("grpc://host:port", "ucx://...", or a cluster config) makes the
+        # master's session (distributed/master.py); "" runs in this process.
+        if cls is Session and target not in ("", None, "local"):
+            from tensorweave.distributed.master import DistributedSession
+            return super().__new__(DistributedSession)
+        return super().__new__(cls)
+
     def __init__(self, target: str = "", graph=None, config: ConfigProto | None = None):
-        if target not in ("", None, "local"):
-            raise errors.UnimplementedError(
-                f"session target {target!r}: distributed sessions (grpc://, ucx://) need the "
-                "distributed runtime, which is not implemented yet; use Session() for local execution")
         self._graph = graph if graph is not None else graph_mod.get_default_graph()
         self._config = config or ConfigProto()
         self._id = next(_session_ids)
@@ -421,7 +427,7 @@ class Session:
         if plan is None:
             with self._lock:
                 try:
-                    plan = _Plan(self, fetches, feed_keys)
+                    plan = self._plan_class(self, fetches, feed_keys)
                 except errors.OpError as e:
                     _user_error(e, g)
                     raise
@@ -482,7 +488,12 @@ class Session:
         """Clear named containers (all named ones when ``containers`` is None) of the
         process: variables in them become uninitialised for every Session."""
         if target not in ("", None, "local"):
-            raise errors.UnimplementedError(f"resetting containers on {target!r} needs the distributed runtime")
+            sess = Session(target, config=config)
+            try:
+                sess.reset_containers(containers)
+            finally:
+                sess.close()
+            return
         process_resources().reset(containers)
 
 

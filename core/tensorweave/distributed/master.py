@@ -1,0 +1,375 @@
+"""The master (whitepaper 3.2.2, Figure 3): one client's view of a cluster.
+
+``tw.Session("grpc://host:port")`` (or ``ucx://``, or ``tw.Session(target=config)``) makes a
+``DistributedSession``: the master runs in the client process. It asks the task at the
+target for the cluster, connects to every task, and lists their devices. A plan is built
+exactly like a local one — prune, plan-graph passes, placement over the devices of *all*
+tasks, partitioning with Send/Recv pairs — and then each task's partitions are registered
+with that task's worker once (``RegisterGraph``). Every step is one ``RunGraph`` per task,
+issued concurrently; the workers exchange tensors among themselves and return only the
+fetches.
+
+Failures: a task that cannot be reached, a failed RunGraph, or a missed health check (a
+background thread asks every task for ``Health`` every ``health_check_interval`` seconds)
+aborts the step on every task (``AbortStep``), and the client gets the first real error
+(``UnavailableError`` for a lost task). The plans registered on a task that restarts are
+registered again on the next step.
+"""
+
+from __future__ import annotations
+
+import itertools
+import os
+import random
+import threading
+from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
+from concurrent.futures import wait as wait_futures
+
+import numpy as np
+
+from tensorweave.distributed.worker import RemoteDevice, task_of_device
+from tensorweave.framework import errors
+from tensorweave.runtime.session import Session, _Plan
+
+_step_seed = random.SystemRandom()
+
+
+class WorkerClient:
+    """The client stub of one task's worker service over a transport channel."""
+
+    def __init__(self, job: str, task: int, address: str, channel):
+        self.job, self.task, self.address = job, task, address
+        self.channel = channel
+
+    def call(self, method: str, header: dict, tensors=(), timeout=None):
+        from tensorweave.distributed import wire
+
+        try:
+            data = self.channel.call(method, wire.encode_message(header, list(tensors)), timeout)
+        except errors.OpError as e:
+            raise type(e)(f"/job:{self.job}/task:{self.task} ({self.address}): {e.message}") from None
+        return wire.decode_response(data)
+
+    def close(self):
+        self.channel.close()
+
+
+class _RemotePlan(_Plan):
+    """A plan whose partitions run on the workers of a cluster."""
+
+    def _compile(self, parts, placement, reg, session):
+        from tensorweave.distributed import wire
+
+        fed = set(self.feeds)
+        by_task: dict = {}
+        for dev, p in parts.items():
+            by_task.setdefault(task_of_device(dev.name), []).append((dev, p))
+        self.tasks = {}
+        producer = {}
+        for task, plist in by_task.items():
+            partitions, feeds, fetches = [], [], []
+            for dev, p in plist:
+                consumed = {t for op in p.nodes for t in op.inputs if t in fed}
+                feeds += [t for t in self.feeds if t in consumed and t not in feeds]
+                mine = [t for t in self.fetches if t not in fed and placement[t.op] is dev]
+                fetches += [t for t in mine if t not in fetches]
+                partitions.append({"device": dev.name, "graph_def": wire.encode_graph_def(p.to_graph_def()),
+                                   "loops": {f: [s.parent, s.parallel_iterations] for f, s in p.loops.items()}})
+            for i, t in enumerate(fetches):
+                producer[t] = (task, i)
+            self.tasks[task] = {
+                "register": {"partitions": partitions, "feeds": [t.name for t in feeds],
+                             "fetches": [t.name for t in fetches],
+                             "feed_types": {t.name: t.dtype.name for t in feeds}},
+                "feed_index": [self.feeds.index(t) for t in feeds],
+                "handle": None, "incarnation": None,
+            }
+        self.fetch_sources = [("feed", self.feeds.index(t)) if t in fed else producer[t] for t in self.fetches]
+        self.partition = None
+        self.partitions = None
+        self.dynamic = True
+
+
+class DistributedSession(Session):
+    """A Session whose devices are those of every task of a cluster (see module docstring)."""
+
+    _plan_class = _RemotePlan
+
+    def __init__(self, target=None, graph=None, config=None, cluster=None, transport=None, security=None):
+        from tensorweave.distributed.transport import Security, get_transport
+        from tensorweave.framework import graph as graph_mod
+        from tensorweave.passes.cost_model import CostModel
+        from tensorweave.runtime.config import ConfigProto
+        from tensorweave.runtime.containers import SessionResources
+
+        self._graph = graph if graph is not None else graph_mod.get_default_graph()
+        self._config = config or ConfigProto()
+        self._id = next(_session_counter)
+        self._closed = False
+        self._plans: dict = {}
+        self._plan_version = -1
+        self._kernel_cache: dict = {}
+        self._cost_model = CostModel()
+        self._step_ids = itertools.count(1)
+        self._pool = None
+        self._lock = threading.Lock()
+        self._default_ctx = None
+        self._active_steps: set = set()
+        self._resources = SessionResources(f"client {self._id}")  # unused: state lives on the tasks
+
+        transport_name, address, cfg = _parse_target(target)
+        self._cluster_config = cfg
+        if cfg is not None:
+            security = security or _security_from_config(cfg)
+            transport_name = transport or _control_transport(cfg)
+        self._security = security or Security(token=os.environ.get("TENSORWEAVE_TOKEN") or None)
+        self._transport = get_transport(transport or transport_name)
+        self._target = target if isinstance(target, str) else f"{self._transport.name}://cluster"
+        self._clients: dict = {}
+        self._rpc = ThreadPoolExecutor(32, thread_name_prefix=f"tw-master-{self._id}")
+        cluster = cluster if cluster is not None else (_cluster_dict(cfg) if cfg is not None else None)
+        if cluster is None:
+            # Ask the task at the target which cluster it belongs to.
+            ch = self._transport.channel(address, self._security)
+            try:
+                from tensorweave.distributed import wire
+                header, _ = wire.decode_response(ch.call("GetStatus", wire.encode_message({}), 30.0))
+            finally:
+                ch.close()
+            cluster = header.get("cluster") or {header["job"]: {str(header["task"]): address}}
+        self._cluster = _normalise_cluster(cluster)
+        self._devices = []
+        for job, task in sorted(self._cluster):
+            client = self._client(job, task)
+            header, _ = client.call("GetStatus", {}, timeout=30.0)
+            for d in header.get("devices", []):
+                self._devices.append(RemoteDevice(d["name"], d["device_type"], d.get("memory_limit"),
+                                                  d.get("description", "")))
+        if not self._devices:
+            raise errors.UnavailableError(f"no devices in the cluster at {target!r}")
+        self._incarnations: dict = {}
+        self._health = _HealthChecker(self, _health_interval(cfg))
+        self._health.start()
+
+    sess_str = property(lambda self: self._target)
+
+    def _client(self, job, task) -> WorkerClient:
+        c = self._clients.get((job, task))
+        if c is None:
+            addr = self._cluster[(job, task)]
+            c = self._clients[(job, task)] = WorkerClient(job, task, addr, self._transport.channel(addr, self._security))
+        return c
+
+    # --- plans and steps --------------------------------------------------------------------
+    def _register(self, plan, task, info, timeout):
+        client = self._client(*task)
+        header, _ = client.call("RegisterGraph", info["register"], timeout=timeout)
+        info["handle"] = header["handle"]
+        info["incarnation"] = self._incarnations.get(task)
+
+    def _execute(self, plan, feed_vals, options, run_metadata):
+        timeout = None
+        if options is not None and options.timeout_in_ms:
+            timeout = options.timeout_in_ms / 1000.0
+        elif self._config.operation_timeout_in_ms:
+            timeout = self._config.operation_timeout_in_ms / 1000.0
+        step_id = _step_seed.getrandbits(62)
+        tasks = list(plan.tasks.items())
+        for task, info in tasks:
+            if info["handle"] is None or info["incarnation"] != self._incarnations.get(task):
+                self._register(plan, task, info, timeout or 60.0)
+        step = _Step(step_id, [t for t, _ in tasks])
+        self._active_steps.add(step)
+        try:
+            futures = {}
+            for task, info in tasks:
+                header = {"handle": info["handle"], "step_id": step_id, "timeout": timeout}
+                values = [np.asarray(feed_vals[i]) for i in info["feed_index"]]
+                futures[task] = self._rpc.submit(self._client(*task).call, "RunGraph", header, values,
+                                                 None if timeout is None else timeout + 5.0)
+            results, errs = {}, []
+            pending = dict(futures)
+            while pending:
+                # Wake up now and then: the health checker may have failed the step while a
+                # RunGraph to a hung task would otherwise keep us waiting.
+                done, _ = wait_futures(list(pending.values()), timeout=0.05, return_when=FIRST_COMPLETED)
+                for task in [t for t, f in pending.items() if f in done]:
+                    try:
+                        results[task] = pending.pop(task).result()[1]
+                    except errors.OpError as e:
+                        errs.append(e)
+                        if step.error is None:
+                            step.fail(e)
+                            self._rpc.submit(self._abort, step, e)
+                if step.error is not None and pending and not errs:
+                    break  # a lost task: do not wait for the others to notice
+            if step.error is not None and not errs:
+                errs.append(step.error)
+            if errs:
+                raise _root_cause(errs, step.error)
+        finally:
+            self._active_steps.discard(step)
+            self._rpc.submit(self._cleanup, step)
+        if run_metadata is not None:
+            run_metadata.placement = dict(plan.placement)
+        return [feed_vals[i] if src == "feed" else results[src][i] for src, i in plan.fetch_sources]
+
+    def _abort(self, step, error):
+        for task in step.tasks:
+            try:
+                self._client(*task).call("AbortStep", {"step_id": step.step_id, "message": str(error)}, timeout=5.0)
+            except errors.OpError:
+                pass  # that task is gone: nothing is waiting there
+
+    def _cleanup(self, step):
+        for task in step.tasks:
+            try:
+                self._client(*task).call("CleanupStep", {"step_id": step.step_id}, timeout=5.0)
+            except errors.OpError:
+                pass
+
+    def task_lost(self, task, error):
+        """The health checker's verdict: fail and abort every step that involves ``task``."""
+        for step in list(self._active_steps):
+            if task in step.tasks:
+                err = errors.UnavailableError(f"/job:{task[0]}/task:{task[1]} failed its health check: {error}")
+                step.fail(err)
+                self._rpc.submit(self._abort, step, err)
+
+    def task_seen(self, task, incarnation):
+        old = self._incarnations.get(task)
+        self._incarnations[task] = incarnation
+        return old is not None and old != incarnation
+
+    # --- lifecycle --------------------------------------------------------------------------
+    def reset_containers(self, containers=None):
+        for task in self._cluster:
+            self._client(*task).call("ResetContainers", {"containers": containers}, timeout=30.0)
+
+    def close(self) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._health.stop()
+        for plan in self._plans.values():
+            for task, info in getattr(plan, "tasks", {}).items():
+                if info["handle"] is not None:
+                    try:
+                        self._client(*task).call("DeregisterGraph", {"handle": info["handle"]}, timeout=5.0)
+                    except errors.OpError:
+                        pass
+        self._plans.clear()
+        for c in self._clients.values():
+            c.close()
+        self._rpc.shutdown(wait=False)
+
+
+class _Step:
+    def __init__(self, step_id, tasks):
+        self.step_id, self.tasks = step_id, tasks
+        self.error = None
+        self.cancelled = False
+        self.rendezvous = None
+
+    def fail(self, e):
+        if self.error is None:
+            self.error = e
+
+    def cancel(self):
+        self.cancelled = True
+
+
+class _HealthChecker:
+    """Asks every task for ``Health`` every ``interval`` seconds; a task that does not
+    answer within the interval fails the steps that use it (detected within two intervals)."""
+
+    def __init__(self, session: DistributedSession, interval: float):
+        self.session, self.interval = session, interval
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="tw-health", daemon=True)
+
+    def start(self):
+        if self.interval > 0:
+            self._thread.start()
+
+    def stop(self):
+        self._stop.set()
+
+    def _run(self):
+        while not self._stop.wait(self.interval):
+            for task in list(self.session._cluster):
+                if self._stop.is_set():
+                    return
+                try:
+                    header, _ = self.session._client(*task).call("Health", {}, timeout=self.interval)
+                    self.session.task_seen(task, header.get("started"))
+                except errors.OpError as e:
+                    self.session.task_lost(task, e)
+
+
+_session_counter = itertools.count(1)
+
+
+def _root_cause(errs, step_error):
+    """The error that started a failed step: not an Aborted/Cancelled echo of it."""
+    for e in errs:
+        if not isinstance(e, errors.AbortedError | errors.CancelledError):
+            return e
+    return step_error or errs[0]
+
+
+def _parse_target(target):
+    if isinstance(target, str):
+        scheme, sep, rest = target.partition("://")
+        if not sep or not rest:
+            raise errors.InvalidArgumentError(f"session target {target!r}: expected 'grpc://host:port' or 'ucx://host:port'")
+        return scheme, rest, None
+    if target is None:
+        raise errors.InvalidArgumentError("a distributed session needs a target")
+    return None, None, target  # a cluster config (or a dict / ClusterSpec)
+
+
+def _cluster_dict(cfg):
+    spec = getattr(cfg, "spec", cfg)
+    if hasattr(spec, "as_dict"):
+        return spec.as_dict()
+    if isinstance(spec, dict):
+        return spec.get("cluster", spec)
+    raise errors.InvalidArgumentError(f"cannot read a cluster from {cfg!r}")
+
+
+def _normalise_cluster(cluster) -> dict:
+    """{(job, task): address} from {job: [addr, ...]} or {job: {task: addr}}."""
+    out = {}
+    if not isinstance(cluster, dict):
+        raise errors.InvalidArgumentError(f"a cluster must be a dict of jobs, got {cluster!r}")
+    for job, tasks in cluster.items():
+        items = enumerate(tasks) if isinstance(tasks, list) else ((int(k), v) for k, v in tasks.items())
+        for i, addr in items:
+            out[(str(job), int(i))] = str(addr)
+    return out
+
+
+def _control_transport(cfg) -> str:
+    fn = getattr(cfg, "transport_for", None)
+    if fn is None:
+        return getattr(cfg, "transport", None) or "grpc"
+    jobs = list(_cluster_dict(cfg))
+    control = fn(jobs[0], jobs[0])
+    return control[0] if isinstance(control, tuple | list) else control
+
+
+def _security_from_config(cfg):
+    fn = getattr(cfg, "security_for", None)
+    if fn is None:
+        return None
+    try:
+        return fn()
+    except TypeError:
+        jobs = list(_cluster_dict(cfg))
+        return fn(jobs[0], jobs[0])
+
+
+def _health_interval(cfg) -> float:
+    v = getattr(cfg, "health_check_interval", None)
+    return float(v) if v is not None else 1.0

@@ -1,0 +1,124 @@
+"""A task's server: the worker service of one task of a cluster, over the configured transport.
+
+``Server(cluster, job_name, task_index)`` (also ``tw.train.Server``) creates this task's
+devices and worker (``distributed/worker.py``) and serves it at the task's address from the
+cluster. Clients connect with ``tw.Session("grpc://host:port")``: the master runs in the
+client and learns the cluster from any task (``GetStatus``). Tensors between tasks travel
+over the transport the config names for that pair of jobs (``{control = "grpc", tensors =
+"ucx"}`` is allowed); a transport named but not installed is an error here, at start-up.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from tensorweave.distributed.transport import Security, get_transport
+from tensorweave.distributed.worker import Worker
+from tensorweave.framework import errors
+
+
+class Server:
+    """One task of a cluster. ``cluster``: a ClusterConfig, ClusterSpec or {job: [addresses]}."""
+
+    def __init__(self, cluster, job_name: str, task_index: int = 0, transport: str | None = None,
+                 config=None, start: bool = True, security: Security | None = None):
+        from tensorweave.distributed.master import _cluster_dict, _normalise_cluster
+
+        self._config = cluster if hasattr(cluster, "transport_for") else None
+        self._cluster = _normalise_cluster(_cluster_dict(cluster))
+        self.job_name, self.task_index = str(job_name), int(task_index)
+        key = (self.job_name, self.task_index)
+        if key not in self._cluster:
+            known = sorted(f"/job:{j}/task:{t}" for j, t in self._cluster)
+            raise errors.InvalidArgumentError(
+                f"task /job:{job_name}/task:{task_index} is not in the cluster (it has {known})")
+        self._transport_override = transport
+        self._security = security or self._security_for(self.job_name, self.job_name)
+        control, _ = self._transports_for(self.job_name, self.job_name)
+        self._control = get_transport(control)
+        # Every transport the config names for a pair with this job must exist now.
+        for j in {j for j, _ in self._cluster}:
+            for name in self._transports_for(self.job_name, j):
+                get_transport(name)
+        self._channels: dict = {}
+        self._channels_lock = threading.Lock()
+        self.worker = Worker(self.job_name, self.task_index, channel_for=self._channel_for, config=config)
+        self.worker.cluster = {j: {str(t): a for (jj, t), a in self._cluster.items() if jj == j}
+                               for j in {j for j, _ in self._cluster}}
+        self._server = None
+        self._stopped = threading.Event()
+        if start:
+            self.start()
+
+    def _transports_for(self, a: str, b: str) -> tuple[str, str]:
+        if self._transport_override:
+            return self._transport_override, self._transport_override
+        if self._config is not None:
+            t = self._config.transport_for(a, b)
+            return (t, t) if isinstance(t, str) else tuple(t)
+        return "grpc", "grpc"
+
+    def _security_for(self, a, b):
+        if self._config is not None and hasattr(self._config, "security_for"):
+            try:
+                return self._config.security_for(a, b)
+            except TypeError:
+                return self._config.security_for()
+        return Security()
+
+    def _channel_for(self, job: str, task: int):
+        """A channel to another task for tensors (Recv pulls from the producing task)."""
+        with self._channels_lock:
+            ch = self._channels.get((job, task))
+            if ch is None:
+                address = self._cluster.get((job, int(task)))
+                if address is None:
+                    raise errors.InvalidArgumentError(f"no task /job:{job}/task:{task} in the cluster")
+                _, tensors = self._transports_for(self.job_name, job)
+                ch = self._channels[(job, task)] = get_transport(tensors).channel(
+                    address, self._security_for(self.job_name, job))
+            return ch
+
+    @property
+    def target(self) -> str:
+        return f"{self._control.name}://{self.address}"
+
+    @property
+    def address(self) -> str:
+        return self._server.address if self._server is not None else self._cluster[(self.job_name, self.task_index)]
+
+    def start(self) -> None:
+        if self._server is not None:
+            return
+        address = self._cluster[(self.job_name, self.task_index)]
+        dispatcher = self.worker.dispatcher(token=self._security.token)
+        status = dispatcher.handlers["GetStatus"]
+
+        def get_status(payload):  # the cluster too, so a client needs only one address
+            from tensorweave.distributed import wire
+            header, tensors = wire.decode_response(status(payload))
+            header["cluster"] = self.worker.cluster
+            return wire.encode_response(header, tensors)
+        dispatcher.handlers["GetStatus"] = get_status
+        self._server = self._control.server(address, dispatcher, self._security)
+
+    def join(self) -> None:
+        """Block until ``stop()`` (``tensorweave worker`` uses this)."""
+        self._stopped.wait()
+
+    def stop(self, grace: float | None = None) -> None:
+        if self._server is not None:
+            self._server.stop(grace)
+            self._server = None
+        self.worker.close()
+        with self._channels_lock:
+            for ch in self._channels.values():
+                ch.close()
+            self._channels.clear()
+        self._stopped.set()
+
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        self.stop()

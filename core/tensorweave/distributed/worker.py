@@ -1,0 +1,543 @@
+"""The worker service (whitepaper 3.2.2, Figure 3): runs the partitions a master registers.
+
+A worker owns this process's devices (named ``/job:<job>/replica:0/task:<i>/device:...``)
+and their state: its default container lives as long as the process, so variables on a
+``ps`` task outlive any one client (whitepaper 4.7). The master registers each plan's
+partitions for this task once (``RegisterGraph``) and then asks for one ``RunGraph`` per
+step. Values cross devices through the step's ``WorkerRendezvous``: a Send stores its value
+here; a Recv whose producer is on this task waits here, and one whose producer is on another
+task **pulls** it from that task with ``RecvTensor`` — workers exchange tensors directly,
+never through the master.
+
+Everything arriving here crossed a process boundary: graphs are validated against the op
+registry (a worker runs only registered ops), messages are decoded by ``wire`` (no pickle),
+and a bad request is answered with an error while the worker keeps serving. A failed step
+is aborted here and on every other worker (the master broadcasts ``AbortStep``), so no
+step is left waiting for a value that will not come.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+
+import numpy as np
+
+from tensorweave.framework import errors
+from tensorweave.framework.device_spec import DeviceSpec
+
+# How long a RecvTensor waits for its value before giving up (a step's own timeout or an
+# abort normally ends the wait much earlier).
+RECV_TIMEOUT = 600.0
+
+
+def task_prefix(job: str, task: int) -> str:
+    return f"/job:{job}/replica:0/task:{task}"
+
+
+def task_of_device(name: str) -> tuple[str, int]:
+    spec = DeviceSpec.from_string(name)
+    return spec.job, int(spec.task or 0)
+
+
+class RemoteDevice:
+    """A device of another task, as this process sees it: a name, a type, and host values.
+
+    Values from another process always arrive as host ndarrays, so a local device copies
+    them in with ``to_device``; the master also uses these to place nodes.
+    """
+
+    host_tensors = True
+
+    def __init__(self, name: str, device_type: str, memory_limit=None, description: str = ""):
+        from tensorweave.runtime.device import Allocator
+
+        self.name = name
+        self.spec = DeviceSpec.from_string(name)
+        self.device_type = device_type
+        self.memory_limit = memory_limit
+        self.description = description
+        self.allocator = Allocator(name, memory_limit)
+
+    def to_host(self, value):
+        return value
+
+    def to_device(self, array):
+        return array
+
+    def copy_from(self, value, src):
+        return src.to_host(value)
+
+    def sync(self):
+        pass
+
+    def __repr__(self):
+        return f"<RemoteDevice {self.name}>"
+
+
+class WorkerRendezvous:
+    """One step's rendezvous on one worker (see the module docstring)."""
+
+    def __init__(self, worker: Worker, step_id: int):
+        self.worker = worker
+        self.step_id = step_id
+        self._lock = threading.Lock()
+        self._values: dict = {}
+        self._waiters: dict = {}   # key -> callbacks(value, error)
+        self.error: BaseException | None = None
+        self.last_used = time.monotonic()
+
+    def send(self, key: str, value) -> None:
+        with self._lock:
+            if self.error is not None:
+                raise _aborted(self.error)
+            waiters = self._waiters.pop(key, None)
+            if waiters is None:
+                if key in self._values:
+                    raise errors.InternalError(f"rendezvous: {key} was sent twice in step {self.step_id}")
+                self._values[key] = value
+                return
+        for cb in waiters:
+            cb(value, None)
+
+    def recv_async(self, key: str, callback) -> None:
+        src = key.split(";", 1)[0]
+        if self.worker.is_local(src):
+            self._wait_local(key, callback)
+        else:
+            self.worker.pull(self, key, src, callback)
+
+    def _wait_local(self, key, callback) -> None:
+        with self._lock:
+            if self.error is None:
+                if key in self._values:
+                    value = self._values.pop(key)
+                else:
+                    self._waiters.setdefault(key, []).append(callback)
+                    return
+        if self.error is not None:
+            callback(None, _aborted(self.error))
+        else:
+            callback(value, None)
+
+    def take(self, key: str, timeout: float):
+        """Block until ``key`` is sent here (for a remote RecvTensor), or fail."""
+        box = {}
+        ev = threading.Event()
+
+        def got(value, error):
+            box["v"], box["e"] = value, error
+            ev.set()
+
+        self._wait_local(key, got)
+        if not ev.wait(timeout):
+            with self._lock:
+                lst = self._waiters.get(key, [])
+                if got in lst:
+                    lst.remove(got)
+            raise errors.DeadlineExceededError(
+                f"RecvTensor: {key} was not produced within {timeout:.0f}s in step {self.step_id}")
+        if box["e"] is not None:
+            raise box["e"]
+        return box["v"]
+
+    def abort(self, error: BaseException) -> None:
+        with self._lock:
+            if self.error is None:
+                self.error = error
+            waiters = [cb for lst in self._waiters.values() for cb in lst]
+            self._waiters.clear()
+            self._values.clear()
+        for cb in waiters:
+            cb(None, _aborted(self.error))
+
+
+def _aborted(cause: BaseException) -> errors.OpError:
+    if isinstance(cause, errors.AbortedError | errors.CancelledError | errors.UnavailableError):
+        return type(cause)(cause.message)
+    return errors.AbortedError(f"step aborted because another part of it failed: {cause}")
+
+
+class _Registered:
+    """One plan's partitions on this worker."""
+
+    def __init__(self, partitions, feed_names, fetch_names, feed_index, fetch_index):
+        self.partitions = partitions      # CompiledPartitions
+        self.feed_names = feed_names      # names the master sends values for, in order
+        self.fetch_names = fetch_names    # names returned, in order
+        self.feed_index = feed_index      # per partition: indices into feed_names
+        self.fetch_index = fetch_index    # per fetch: (partition index, index in its results)
+
+
+class Worker:
+    """The worker service of one task. ``peers``: job -> [address]; ``channel_for(job, task)``
+    returns a transport channel to another task (used to pull tensors)."""
+
+    def __init__(self, job: str, task: int, channel_for=None, config=None, devices=None):
+        from tensorweave.runtime.config import ConfigProto
+        from tensorweave.runtime.containers import SessionResources
+        from tensorweave.runtime.device import create_local_devices
+
+        self.job, self.task = job, int(task)
+        self.prefix = task_prefix(job, self.task)
+        self.devices = devices or create_local_devices(config or ConfigProto(), name_prefix=self.prefix)
+        self._by_name = {d.name: d for d in self.devices}
+        self.resources = SessionResources(f"worker {self.prefix}")
+        self.kernel_cache: dict = {}
+        self.channel_for = channel_for
+        self._graphs: dict[str, _Registered] = {}
+        self._graph_ids = itertools.count(1)
+        self._steps: dict[int, WorkerRendezvous] = {}
+        self._lock = threading.Lock()
+        self._pool = ThreadPoolExecutor(64, thread_name_prefix=f"tw-worker-{job}{task}")
+        self._pull_pool = ThreadPoolExecutor(64, thread_name_prefix=f"tw-pull-{job}{task}")
+        self.started = time.time()
+
+    # --- helpers ----------------------------------------------------------------------------
+    def is_local(self, device_name: str) -> bool:
+        return device_name in self._by_name
+
+    def device(self, name: str):
+        d = self._by_name.get(name)
+        if d is None:
+            return RemoteDevice(name, DeviceSpec.from_string(name).device_type or "CPU")
+        return d
+
+    def rendezvous(self, step_id: int) -> WorkerRendezvous:
+        with self._lock:
+            rv = self._steps.get(step_id)
+            if rv is None:
+                rv = self._steps[step_id] = WorkerRendezvous(self, step_id)
+            rv.last_used = time.monotonic()
+            return rv
+
+    def pull(self, rv: WorkerRendezvous, key: str, src_device: str, callback) -> None:
+        """Fetch ``key`` of step ``rv.step_id`` from the task that owns ``src_device``."""
+        from tensorweave.distributed import wire
+
+        job, task = task_of_device(src_device)
+
+        def fetch():
+            try:
+                if self.channel_for is None:
+                    raise errors.UnavailableError(f"worker {self.prefix} has no channel to /job:{job}/task:{task}")
+                channel = self.channel_for(job, task)
+                payload = wire.encode_message({"step_id": rv.step_id, "key": key})
+                value = channel.fetch("RecvTensor", payload, RECV_TIMEOUT)
+            except errors.OpError as e:
+                callback(None, e)
+                return
+            except Exception as e:  # noqa: BLE001 - a transport's own failure
+                callback(None, errors.UnavailableError(f"RecvTensor {key} from /job:{job}/task:{task}: {e}"))
+                return
+            callback(value, None)
+        self._pull_pool.submit(fetch)
+
+    # --- the service ------------------------------------------------------------------------
+    def dispatcher(self, token=None):
+        from tensorweave.distributed.transport import ServiceDispatcher
+
+        def guarded(fn):
+            def handle(payload):
+                from tensorweave.distributed import wire
+                try:
+                    return fn(payload)
+                except errors.OpError as e:
+                    return wire.encode_error(e)
+                except Exception as e:  # noqa: BLE001 - never take the server down
+                    return wire.encode_error(errors.InternalError(f"{type(e).__name__}: {e}"))
+            return handle
+
+        handlers = {
+            "GetStatus": self.get_status, "RegisterGraph": self.register_graph,
+            "DeregisterGraph": self.deregister_graph, "RunGraph": self.run_graph,
+            "AbortStep": self.abort_step, "CleanupStep": self.cleanup_step,
+            "ResetContainers": self.reset_containers, "Health": self.health,
+        }
+        return ServiceDispatcher({k: guarded(v) for k, v in handlers.items()},
+                                 {"RecvTensor": self.recv_tensor}, token=token)
+
+    def get_status(self, payload: bytes) -> bytes:
+        from tensorweave.distributed import wire
+
+        wire.decode_message(payload)
+        return wire.encode_response({"job": self.job, "task": self.task, "devices": [
+            {"name": d.name, "device_type": d.device_type, "memory_limit": d.memory_limit,
+             "description": getattr(d, "description", "")} for d in self.devices]})
+
+    def health(self, payload: bytes) -> bytes:
+        from tensorweave.distributed import wire
+
+        return wire.encode_response({"job": self.job, "task": self.task, "started": self.started})
+
+    def reset_containers(self, payload: bytes) -> bytes:
+        from tensorweave.distributed import wire
+
+        header, _ = wire.decode_message(payload)
+        containers = header.get("containers")
+        if containers is not None and not (isinstance(containers, list) and all(isinstance(c, str) for c in containers)):
+            raise errors.InvalidArgumentError("ResetContainers: 'containers' must be a list of strings")
+        self.resources.reset(containers)
+        self.kernel_cache.clear()
+        return wire.encode_response({})
+
+    def register_graph(self, payload: bytes) -> bytes:
+        from tensorweave import plugins
+        from tensorweave.distributed import wire
+
+        header, _ = wire.decode_message(payload)
+        parts = header.get("partitions")
+        if not isinstance(parts, list) or not parts:
+            raise errors.InvalidArgumentError("RegisterGraph: 'partitions' must be a non-empty list")
+        feed_names = _str_list(header.get("feeds", []), "feeds")
+        fetch_names = _str_list(header.get("fetches", []), "fetches")
+        feed_types = header.get("feed_types", {})
+        if not isinstance(feed_types, dict):
+            raise errors.InvalidArgumentError("RegisterGraph: 'feed_types' must be a dict")
+        reg = plugins.registry()
+        compiled, feed_index, produced = [], [], {}
+        for i, p in enumerate(parts):
+            if not isinstance(p, dict):
+                raise errors.InvalidArgumentError("RegisterGraph: each partition must be a dict")
+            device = self._by_name.get(p.get("device"))
+            if device is None:
+                raise errors.InvalidArgumentError(
+                    f"RegisterGraph: device {p.get('device')!r} is not on this task ({self.prefix}); "
+                    f"it has {sorted(self._by_name)}")
+            cp, feeds, fetches = self._compile(device, p.get("graph_def"), feed_names, feed_types, fetch_names,
+                                               _loops(p.get("loops", {})), reg)
+            compiled.append(cp)
+            feed_index.append([feed_names.index(f) for f in feeds])
+            for j, f in enumerate(fetches):
+                produced[f] = (i, j)
+        missing = [f for f in fetch_names if f not in produced]
+        if missing:
+            raise errors.InvalidArgumentError(f"RegisterGraph: no partition produces fetches {missing}")
+        handle = f"{self.prefix}/graph-{next(self._graph_ids)}"
+        self._graphs[handle] = _Registered(compiled, feed_names, fetch_names, feed_index,
+                                           [produced[f] for f in fetch_names])
+        return wire.encode_response({"handle": handle})
+
+    def _compile(self, device, gd, feed_names, feed_types, fetch_names, loops, reg):
+        """Rebuild one partition from its GraphDef: its ``_Recv`` nodes become placeholders
+        the executor fills from the rendezvous, its ``_Send`` nodes Transfers."""
+        from tensorweave.distributed import wire
+        from tensorweave.framework import dtypes
+        from tensorweave.framework.graph import Graph
+        from tensorweave.framework.serialization import decode_attr, import_graph_def
+        from tensorweave.passes.partition import Transfer
+        from tensorweave.runtime.executor import CompiledPartition
+
+        if not isinstance(gd, dict) or not isinstance(gd.get("node"), list) \
+                or not all(isinstance(n, dict) for n in gd["node"]):
+            raise errors.InvalidArgumentError("RegisterGraph: a partition's graph_def must be {'node': [dicts]}")
+        nodes, recvs, sends = [], [], []
+        for n in gd["node"]:
+            if n.get("op") == "_Recv":
+                attrs = _transfer_attrs(n, decode_attr)
+                recvs.append((n["name"], attrs))
+                if attrs.get("control"):
+                    nodes.append({"name": n["name"], "op": "NoOp", "input": [], "attr": {}})
+                else:
+                    nodes.append({"name": n["name"], "op": "Placeholder", "input": [],
+                                  "attr": {"dtype": {"type": attrs["tensor_type"].name}, "shape": {"shape": None}}})
+            elif n.get("op") == "_Send":
+                sends.append(n)
+            else:
+                nodes.append(n)
+        present = {n["name"] for n in nodes}
+        for f in feed_names:
+            src = f.rsplit(":", 1)[0]
+            if src not in present and any(src == i.lstrip("^").rsplit(":", 1)[0]
+                                          for n in nodes for i in n.get("input", [])):
+                dt = feed_types.get(f)
+                if not isinstance(dt, str):
+                    raise errors.InvalidArgumentError(f"RegisterGraph: no dtype for fed tensor {f!r}")
+                nodes.append({"name": src, "op": "Placeholder", "input": [],
+                              "attr": {"dtype": {"type": dtypes.as_dtype(dt).name}, "shape": {"shape": None}}})
+                present.add(src)
+        # Validated against the op registry: a worker runs only registered ops.
+        checked = wire.decode_graph_def({"node": nodes}, reg.ops)
+        g = Graph()
+        with g.as_default():
+            import_graph_def(checked, name="")
+        by = g.get_operation_by_name
+        transfer_ops = set()
+        recv_transfers = []
+        for name, a in recvs:
+            op = by(name)
+            transfer_ops.add(op)
+            src = self.device(a["send_device"])
+            tr = Transfer(None if a.get("control") else op.outputs[0], src, device,
+                          control_op=op if a.get("control") else None, frame=a.get("frame_name", ""),
+                          cond_of=a.get("loop_cond_of") or None, iterations=a.get("iterations", "all"),
+                          key_name=a["tensor_name"])
+            recv_transfers.append(tr)
+        send_transfers = []
+        for n in sends:
+            a = _transfer_attrs(n, decode_attr)
+            inputs = n.get("input")
+            if not (isinstance(inputs, list) and len(inputs) == 1 and isinstance(inputs[0], str)):
+                raise errors.InvalidArgumentError(f"RegisterGraph: _Send node {n.get('name')!r} needs exactly one input")
+            inp = inputs[0]
+            dst = self.device(a["recv_device"])
+            try:
+                if inp.startswith("^"):
+                    tr = Transfer(None, device, dst, control_op=by(inp[1:]))
+                else:
+                    tr = Transfer(g.as_graph_element(inp), device, dst)
+            except (errors.NotFoundError, errors.InvalidArgumentError, ValueError, KeyError):
+                raise errors.InvalidArgumentError(
+                    f"RegisterGraph: _Send node {n.get('name')!r} sends {inp!r}, which is not in the graph") from None
+            tr.frame, tr.iterations = a.get("frame_name", ""), a.get("iterations", "all")
+            tr.cond_of, tr.key_name = a.get("loop_cond_of") or None, a["tensor_name"]
+            send_transfers.append(tr)
+        feeds = [f for f in feed_names if f.rsplit(":", 1)[0] in present]
+        feed_tensors = [g.as_graph_element(f) for f in feeds]
+        feed_ops = {t.op for t in feed_tensors}
+        exec_nodes = [op for op in g.get_operations() if op not in transfer_ops and op not in feed_ops]
+        fetches = [f for f in fetch_names if f.rsplit(":", 1)[0] in present]
+        cp = CompiledPartition(exec_nodes, feed_tensors, [g.as_graph_element(f) for f in fetches], device,
+                               reg.kernels, self.resources, self.kernel_cache, None,
+                               recvs=recv_transfers, sends=send_transfers, loops=loops)
+        return cp, feeds, fetches
+
+    def deregister_graph(self, payload: bytes) -> bytes:
+        from tensorweave.distributed import wire
+
+        header, _ = wire.decode_message(payload)
+        self._graphs.pop(header.get("handle"), None)
+        return wire.encode_response({})
+
+    def run_graph(self, payload: bytes) -> bytes:
+        from tensorweave.distributed import wire
+        from tensorweave.runtime.executor import StepContext
+
+        header, tensors = wire.decode_message(payload, copy=True)  # kernels may keep or update them
+        handle, step_id = header.get("handle"), header.get("step_id")
+        g = self._graphs.get(handle)
+        if g is None:
+            raise errors.NotFoundError(f"RunGraph: no graph {handle!r} is registered on {self.prefix}")
+        if not isinstance(step_id, int):
+            raise errors.InvalidArgumentError("RunGraph: 'step_id' must be an integer")
+        if len(tensors) != len(g.feed_names):
+            raise errors.InvalidArgumentError(
+                f"RunGraph: {len(tensors)} feed values for {len(g.feed_names)} feeds {g.feed_names}")
+        timeout = header.get("timeout")
+        timeout = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
+        rv = self.rendezvous(step_id)
+        step = StepContext(step_id, rv, None, None, None)
+        states, results, err = [], [None] * len(g.partitions), None
+        for i, cp in enumerate(g.partitions):
+            try:
+                states.append((i, cp, cp.start([tensors[k] for k in g.feed_index[i]], step, self._pool, timeout)))
+            except Exception as e:  # noqa: BLE001
+                rv.abort(e)
+                err = err or e
+        for i, cp, st in states:
+            try:
+                results[i] = cp.finish(st, timeout)
+            except Exception as e:  # noqa: BLE001
+                rv.abort(e)
+                err = err or e
+        if err is not None:
+            root = rv.error if rv.error is not None else err
+            raise root if isinstance(root, errors.OpError) else errors.InternalError(str(root))
+        out = [np.asarray(results[i][j]) for i, j in g.fetch_index]
+        return wire.encode_response({"fetches": g.fetch_names}, out)
+
+    def abort_step(self, payload: bytes) -> bytes:
+        from tensorweave.distributed import wire
+
+        header, _ = wire.decode_message(payload)
+        step_id = header.get("step_id")
+        message = str(header.get("message", "aborted by the master"))
+        with self._lock:
+            rv = self._steps.get(step_id)
+        if rv is not None:
+            rv.abort(errors.AbortedError(message))
+        return wire.encode_response({})
+
+    def cleanup_step(self, payload: bytes) -> bytes:
+        from tensorweave.distributed import wire
+
+        header, _ = wire.decode_message(payload)
+        with self._lock:
+            self._steps.pop(header.get("step_id"), None)
+            # Forget steps nobody touched for a long time (a master that died mid-step).
+            now = time.monotonic()
+            for sid in [s for s, rv in self._steps.items() if now - rv.last_used > 2 * RECV_TIMEOUT]:
+                del self._steps[sid]
+        return wire.encode_response({})
+
+    def recv_tensor(self, payload: bytes):
+        """Stream method: the value of ``key`` in step ``step_id``, once it is sent here."""
+        from tensorweave.distributed import wire
+        from tensorweave.runtime.frames import DEAD
+
+        try:
+            header, _ = wire.decode_message(payload)
+            step_id, key = header.get("step_id"), header.get("key")
+            if not isinstance(step_id, int) or not isinstance(key, str) or key.count(";") != 3:
+                raise errors.InvalidArgumentError("RecvTensor: expected an integer 'step_id' and a rendezvous 'key'")
+            src = key.split(";", 1)[0]
+            device = self._by_name.get(src)
+            if device is None:
+                raise errors.InvalidArgumentError(f"RecvTensor: {src!r} is not a device of {self.prefix}")
+            value = self.rendezvous(step_id).take(key, RECV_TIMEOUT)
+            if value is not DEAD and value is not None and not device.host_tensors:
+                value = device.to_host(value)
+            if value is None:  # a control edge's token
+                value = np.zeros((0,), np.float32)
+        except errors.OpError as e:
+            return iter([wire.encode_error(e)])
+        return wire.tensor_chunks(value)
+
+    def close(self) -> None:
+        with self._lock:
+            steps = list(self._steps.values())
+            self._steps.clear()
+        for rv in steps:
+            rv.abort(errors.CancelledError(f"worker {self.prefix} is shutting down"))
+        self._pool.shutdown(wait=False)
+        self._pull_pool.shutdown(wait=False)
+
+
+def _transfer_attrs(n: dict, decode_attr) -> dict:
+    """The checked attrs of a ``_Send``/``_Recv`` node (see passes/partition._transfer_attrs)."""
+    from tensorweave.framework import dtypes
+
+    name = n.get("name")
+    raw = n.get("attr")
+    if not isinstance(name, str) or not isinstance(raw, dict):
+        raise errors.InvalidArgumentError(f"RegisterGraph: malformed transfer node {str(n)[:120]}")
+    a = {k: decode_attr(v) for k, v in raw.items()}
+    for k in ("tensor_name", "send_device", "recv_device"):
+        if not isinstance(a.get(k), str) or not a[k]:
+            raise errors.InvalidArgumentError(f"RegisterGraph: transfer node {name!r} needs a string attr {k!r}")
+    if not a.get("control") and not isinstance(a.get("tensor_type"), dtypes.DType):
+        raise errors.InvalidArgumentError(f"RegisterGraph: transfer node {name!r} needs a 'tensor_type'")
+    if a.get("iterations", "all") not in ("all", "first", "later"):
+        raise errors.InvalidArgumentError(f"RegisterGraph: transfer node {name!r}: bad 'iterations'")
+    return a
+
+
+def _str_list(v, what):
+    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+        raise errors.InvalidArgumentError(f"RegisterGraph: '{what}' must be a list of tensor names")
+    return v
+
+
+def _loops(d):
+    from tensorweave.passes.partition import LoopSpec
+
+    if not isinstance(d, dict):
+        raise errors.InvalidArgumentError("RegisterGraph: 'loops' must be a dict")
+    out = {}
+    for name, spec in d.items():
+        if not (isinstance(spec, list) and len(spec) == 2 and isinstance(spec[0], str) and isinstance(spec[1], int)):
+            raise errors.InvalidArgumentError(f"RegisterGraph: loop {name!r} must be [parent frame, parallel_iterations]")
+        out[name] = LoopSpec(spec[0], spec[1])
+    return out
