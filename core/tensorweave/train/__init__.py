@@ -2,6 +2,7 @@
 MonitoredTrainingSession."""
 
 from tensorweave.distributed.cluster import ClusterSpec
+from tensorweave.distributed.server import Server
 from tensorweave.ops.io_ops import match_filenames_once
 from tensorweave.train.adagrad import AdagradOptimizer
 from tensorweave.train.adam import AdamOptimizer
@@ -60,6 +61,7 @@ from tensorweave.train.training_util import (
 
 __all__ = [
     "ClusterSpec",
+    "Server",
     "Optimizer",
     "GradientDescentOptimizer",
     "MomentumOptimizer",
