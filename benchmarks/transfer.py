@@ -1,0 +1,173 @@
+"""Tensor transfer between two processes on loopback: each transport against a raw TCP socket.
+
+For every transport named (default: ``grpc``), a server process streams one tensor of
+``--mib`` MiB (float32) from a ``RecvTensor`` stream method and this process fetches it with
+``channel.fetch`` into a fresh buffer, ``--rounds`` times over one reused channel. In the same
+run a raw TCP socket moves the same bytes between two processes the cheapest way Python can
+(``sendall`` of the array's memory; ``recv_into`` a preallocated buffer, one connection for
+all rounds), as the ceiling. Prints GB/s (10^9 bytes per second; best and median round) and
+each transport's ratio to raw TCP (best against best, median against median).
+
+    python benchmarks/transfer.py                       # grpc, 64 MiB, 10 rounds
+    python benchmarks/transfer.py --transports grpc,ucx --mib 256 --rounds 5
+
+Any transport registered with ``tensorweave_register_transports`` works here except ``inproc``
+(it cannot cross processes). The server processes are children of this one and always reaped.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import selectors
+import socket
+import statistics
+import subprocess
+import sys
+import time
+
+import numpy as np
+
+HERE = os.path.abspath(__file__)
+
+
+def _payload(mib: int) -> np.ndarray:
+    return np.arange(mib * (1 << 18), dtype=np.float32)
+
+
+# ----------------------------------------------------------------------------------------
+# Server side (``--serve NAME``): prints its address, serves until stdin closes.
+
+
+def _serve_transport(name: str, mib: int) -> None:
+    from tensorweave.distributed import transport, wire
+
+    arr = _payload(mib)
+    dispatcher = transport.ServiceDispatcher({}, {"RecvTensor": lambda payload: wire.tensor_chunks(arr)})
+    server = transport.get_transport(name).server("127.0.0.1:0", dispatcher, transport.Security())
+    print(server.address, flush=True)
+    sys.stdin.read()
+    server.stop()
+
+
+def _serve_tcp(mib: int) -> None:
+    data = memoryview(_payload(mib)).cast("B")
+    with socket.create_server(("127.0.0.1", 0)) as lsock:
+        print(f"127.0.0.1:{lsock.getsockname()[1]}", flush=True)
+        conn, _ = lsock.accept()
+        with conn:
+            while conn.recv(1):  # one request byte per round; b"" when the client closes
+                conn.sendall(data)
+
+
+# ----------------------------------------------------------------------------------------
+# Client side
+
+
+class _ServerProcess:
+    def __init__(self, what: str, mib: int):
+        self.proc = subprocess.Popen([sys.executable, HERE, "--serve", what, "--mib", str(mib)],
+                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        sel = selectors.DefaultSelector()
+        sel.register(self.proc.stdout, selectors.EVENT_READ)
+        ready = sel.select(60)
+        sel.close()
+        self.address = self.proc.stdout.readline().strip() if ready else ""
+        if not self.address:
+            self.close()
+            raise RuntimeError(f"the {what} server process did not start (exit code {self.proc.returncode})")
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            self.proc.stdin.close()  # asks it to stop
+            try:
+                self.proc.wait(10)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(10)
+        self.proc.stdout.close()
+
+
+def _time_rounds(fn, rounds: int) -> list[float]:
+    fn()  # warm-up: connection, first allocation
+    times = []
+    for _ in range(rounds):
+        t0 = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t0)
+    return times
+
+
+def bench_tcp(mib: int, rounds: int) -> list[float]:
+    nbytes = mib << 20
+    server = _ServerProcess("tcp", mib)
+    try:
+        host, port = server.address.rsplit(":", 1)
+        with socket.create_connection((host, int(port)), timeout=60) as sock:
+            def fetch():
+                buf = np.empty(nbytes, np.uint8)  # a fresh buffer each round, like a fetch
+                view = memoryview(buf)
+                sock.sendall(b"x")
+                got = 0
+                while got < nbytes:
+                    n = sock.recv_into(view[got:])
+                    if n == 0:
+                        raise ConnectionError("tcp server closed the connection mid-transfer")
+                    got += n
+                return buf
+
+            assert np.array_equal(fetch().view(np.float32), _payload(mib))
+            return _time_rounds(fetch, rounds)
+    finally:
+        server.close()
+
+
+def bench_transport(name: str, mib: int, rounds: int) -> list[float]:
+    from tensorweave.distributed import transport, wire
+
+    server = _ServerProcess(name, mib)
+    try:
+        ch = transport.get_transport(name).channel(server.address, transport.Security())
+        try:
+            request = wire.encode_message({"key": "bench"})
+
+            def fetch():
+                return ch.fetch("RecvTensor", request, timeout=120)
+
+            assert np.array_equal(fetch(), _payload(mib)), f"{name}: the fetched tensor differs"
+            return _time_rounds(fetch, rounds)
+        finally:
+            ch.close()
+    finally:
+        server.close()
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--transports", default="grpc", help="comma-separated transport names (default: grpc)")
+    ap.add_argument("--mib", type=int, default=64, help="tensor size in MiB (default 64)")
+    ap.add_argument("--rounds", type=int, default=10)
+    ap.add_argument("--serve", help=argparse.SUPPRESS)
+    args = ap.parse_args()
+    if args.serve == "tcp":
+        return _serve_tcp(args.mib)
+    if args.serve:
+        return _serve_transport(args.serve, args.mib)
+
+    nbytes = args.mib << 20
+    print(f"{args.mib} MiB float32 tensor, two processes on 127.0.0.1, {args.rounds} rounds "
+          f"({os.cpu_count()} CPUs)")
+    results = {"raw tcp": bench_tcp(args.mib, args.rounds)}
+    for name in filter(None, (t.strip() for t in args.transports.split(","))):
+        results[name] = bench_transport(name, args.mib, args.rounds)
+    tcp = results["raw tcp"]
+    print(f"{'':10s} {'best GB/s':>10s} {'median GB/s':>12s} {'ratio to raw tcp (best, median)':>32s}")
+    for name, times in results.items():
+        best = nbytes / min(times) / 1e9
+        median = nbytes / statistics.median(times) / 1e9
+        print(f"{name:10s} {best:10.2f} {median:12.2f} {min(tcp) / min(times):20.2f}x "
+              f"{statistics.median(tcp) / statistics.median(times):9.2f}x")
+
+
+if __name__ == "__main__":
+    main()
