@@ -604,6 +604,19 @@ def test_graph_def_attr_kinds_and_runtime_ops():
             wire.decode_graph_def(_gd(bad, _add("c", "_recv_0:0", "_recv_0:0"), send))
 
 
+def test_graph_def_deep_attr_nesting_and_encoding_a_graph():
+    deep = {"s": "x"}
+    for _ in range(5000):
+        deep = {"list": [deep]}
+    with pytest.raises(tw.errors.InvalidArgumentError, match="nested too deeply"):
+        wire.decode_graph_def(_gd({**_const("a"), "attr": {**_const("a")["attr"], "_deep": deep}}))
+    tw.add(tw.constant(1.0, name="one"), 2.0, name="three")
+    enc = wire.encode_graph_def(tw.get_default_graph())  # anything with as_graph_def()/to_graph_def()
+    assert [n["name"] for n in wire.decode_graph_def(enc)["node"]] == ["one", "Const", "three"]
+    with pytest.raises(tw.errors.InvalidArgumentError, match="control input '\\^gone' names no node"):
+        wire.encode_graph_def(_gd({"name": "n", "op": "NoOp", "input": ["^gone"]}))
+
+
 def test_graph_def_node_limit():
     gd = _gd(_const("a"), _const("b"), _const("c"))
     wire.decode_graph_def(gd, max_nodes=3)

@@ -761,7 +761,10 @@ def encode_graph_def(gd) -> dict:
             if hasattr(gd, m):
                 gd = getattr(gd, m)()
                 break
-    return _validate_graph_def(gd, None, feeds=_AnyFeed())
+    try:
+        return _validate_graph_def(gd, None, feeds=_AnyFeed())
+    except RecursionError:
+        raise errors.InvalidArgumentError("graph def attr values are nested too deeply") from None
 
 
 class _AnyFeed:
@@ -785,4 +788,7 @@ def decode_graph_def(obj, registry=None, *, feeds=(), max_nodes: int = MAX_GRAPH
     """
     if isinstance(feeds, str):
         feeds = (feeds,)
-    return _validate_graph_def(obj, _ops_of(registry), feeds=frozenset(feeds), max_nodes=max_nodes)
+    try:
+        return _validate_graph_def(obj, _ops_of(registry), feeds=frozenset(feeds), max_nodes=max_nodes)
+    except RecursionError:  # attr values nested deeper than Python's stack
+        raise errors.InvalidArgumentError("graph def attr values are nested too deeply") from None
