@@ -14,7 +14,7 @@ A transport (registered with ``tensorweave_register_transports(registry)`` as
   ``Server.stop(grace=None)`` stops it.
 * ``channel(address, security) -> Channel``: a client connection to a server. A channel
   has ``call(method, payload, timeout) -> bytes`` for unary requests and
-  ``fetch(method, payload, timeout) -> (header, buffer)`` for a tensor: the server side
+  ``fetch(method, payload, timeout) -> ndarray`` (or ``frames.DEAD``) for a tensor: the server side
   produces it with ``dispatcher.stream(method, payload)``, an iterator of byte chunks
   (the first is a wire tensor header, see ``wire.decode_tensor_header``), and the channel
   assembles the chunks into one preallocated buffer of the size the header announces —
