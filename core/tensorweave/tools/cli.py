@@ -4,9 +4,15 @@
 ``tensorweave devices``   the local devices the installed plugins create
 ``tensorweave doctor``    Python, NumPy, BLAS, OpenCL ICDs, nvcc, and hints (never applied silently)
 ``tensorweave version``   the core's version
+``tensorweave worker --config cluster.toml --job worker --task 0``
+                          serve one task of a cluster until SIGTERM/SIGINT (the task can also
+                          come from ``$TW_CONFIG``); prints one ready line with its address
+``tensorweave cluster up|down|status``
+                          a local cluster: one worker process per task (distributed/launcher.py)
 
 Also runs as ``python -m tensorweave``. Exit status: 0 on success, 1 when the plugins
-conflict or no device is available, 2 on a usage error.
+conflict, no device is available, or a task or cluster fails to start or stop, 2 on a usage
+or configuration error.
 """
 
 from __future__ import annotations
@@ -20,8 +26,10 @@ import os
 import platform
 import re
 import shutil
+import signal
 import subprocess
 import sys
+import threading
 import warnings
 
 ENTRY_POINT_GROUP = "tensorweave"
@@ -383,6 +391,107 @@ def cmd_doctor(args) -> int:
 
 
 # ---------------------------------------------------------------------------------------------
+# worker and cluster
+def cmd_worker(args) -> int:
+    from tensorweave.distributed import cluster as cl
+    from tensorweave.distributed import launcher
+    from tensorweave.framework import errors
+
+    try:
+        config = cl.load_config(args.config) if args.config else cl.config_from_env()
+        job = args.job if args.job is not None else (config.task[0] if config.task else None)
+        task = args.task if args.task is not None else (config.task[1] if config.task else 0)
+        if job is None:
+            _err("name the task to serve: --job NAME [--task INDEX] (or a \"task\" in $TW_CONFIG)")
+            return 2
+        config = config.with_task(job, task)
+        cl.check_transports(config, job)
+    except errors.OpError as e:
+        _err(str(e))
+        return 2
+
+    # Signals only set a flag; the main thread then stops the server outside the handler.
+    stop = threading.Event()
+    previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        try:
+            from tensorweave.distributed.server import Server
+
+            server = Server(config, job, task)
+            server.start()  # a no-op where the constructor already started it
+        except errors.OpError as e:
+            _err(f"/job:{job}/task:{task} could not start: {e}")
+            return 1
+        print(launcher.ready_line(job, task, server.address), flush=True)
+
+        def watch():  # a server that ends by itself ends the command too
+            server.join()
+            stop.set()
+
+        threading.Thread(target=watch, name="tensorweave-worker-join", daemon=True).start()
+        stop.wait()
+        server.stop()
+        print(f"tensorweave worker stopped: job={job} task={task}", flush=True)
+        return 0
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def cmd_cluster_up(args) -> int:
+    from tensorweave.distributed import launcher
+    from tensorweave.framework import errors
+
+    try:
+        path, tasks = launcher.up(args.dir, workers=args.workers, ps=args.ps, transport=args.transport,
+                                  tensors_transport=args.tensors_transport, host=args.host,
+                                  base_port=args.base_port, timeout=args.timeout)
+    except (errors.InvalidArgumentError, errors.NotFoundError, errors.AlreadyExistsError) as e:
+        _err(str(e))
+        return 2
+    except errors.OpError as e:
+        _err(f"cluster did not start: {e}")
+        return 1
+    rows = [[f"{t['job']}/{t['task']}", t["address"], str(t["pid"]), t["log"]] for t in tasks]
+    print(_table(rows, ["TASK", "ADDRESS", "PID", "LOG"]), file=sys.stderr)
+    print(path)
+    return 0
+
+
+def cmd_cluster_down(args) -> int:
+    from tensorweave.distributed import launcher
+    from tensorweave.framework import errors
+
+    try:
+        results = launcher.down(args.dir, grace=args.grace)
+    except errors.NotFoundError as e:
+        _err(str(e))
+        return 2
+    except errors.OpError as e:
+        _err(str(e))
+        return 1
+    for t, how in results:
+        print(f"{t['job']}/{t['task']}  pid {t['pid']}  {how}")
+    return 0
+
+
+def cmd_cluster_status(args) -> int:
+    from tensorweave.distributed import launcher
+    from tensorweave.framework import errors
+
+    try:
+        record, rows = launcher.status(args.dir)
+    except errors.OpError as e:
+        _err(str(e))
+        return 2
+    print(_table([[f"{r['job']}/{r['task']}", r["address"], str(r["pid"]), "alive" if r["alive"] else "exited",
+                   "yes" if r["listening"] else "no"] for r in rows],
+                 ["TASK", "ADDRESS", "PID", "STATE", "LISTENING"]))
+    print(f"\nconfig: {record.get('config')}")
+    return 0 if all(r["alive"] for r in rows) else 1
+
+
+# ---------------------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tensorweave", description="tensorweave command-line tools")
     p.add_argument("--version", action="version", version=f"tensorweave {_core_version()}")
@@ -394,6 +503,35 @@ def _parser() -> argparse.ArgumentParser:
     sub.add_parser("doctor", help="check the environment: Python, NumPy/BLAS, OpenCL, nvcc").set_defaults(
         func=cmd_doctor)
     sub.add_parser("version", help="print the version").set_defaults(func=cmd_version)
+
+    sp = sub.add_parser("worker", help="serve one task of a cluster until SIGTERM/SIGINT")
+    sp.add_argument("--config", help="cluster config (TOML); default: the JSON in $TW_CONFIG")
+    sp.add_argument("--job", help="this task's job (default: the task in $TW_CONFIG)")
+    sp.add_argument("--task", type=int, help="this task's index in its job (default 0)")
+    sp.set_defaults(func=cmd_worker)
+
+    from tensorweave.distributed.launcher import default_dir
+
+    sp = sub.add_parser("cluster", help="a local cluster: one worker process per task (up, down, status)")
+    csub = sp.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
+    dir_help = f"the cluster's directory: config, logs, pid file (default {default_dir()})"
+    up = csub.add_parser("up", help="start the tasks, write DIR/cluster.toml, print its path when all are ready")
+    up.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
+    up.add_argument("--ps", type=int, default=1, help="parameter-server tasks (default 1)")
+    up.add_argument("--transport", default="grpc", help="transport for every pair of jobs (default grpc)")
+    up.add_argument("--tensors-transport", help="a different transport for tensors (e.g. ucx)")
+    up.add_argument("--dir", help=dir_help)
+    up.add_argument("--host", default="127.0.0.1", help="address the tasks listen on (default 127.0.0.1)")
+    up.add_argument("--base-port", type=int, help="first port (ps tasks, then workers); default: free ports")
+    up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for every task (default 60)")
+    up.set_defaults(func=cmd_cluster_up)
+    down = csub.add_parser("down", help="stop the tasks (SIGTERM, then SIGKILL after --grace seconds)")
+    down.add_argument("--dir", help=dir_help)
+    down.add_argument("--grace", type=float, default=10.0, help="seconds before SIGKILL (default 10)")
+    down.set_defaults(func=cmd_cluster_down)
+    st = csub.add_parser("status", help="list the tasks and whether each is alive and listening")
+    st.add_argument("--dir", help=dir_help)
+    st.set_defaults(func=cmd_cluster_status)
     return p
 
 
