@@ -28,7 +28,8 @@ TIMEOUT = 60
 # A worker process whose Server is a stand-in (a TCP listener that answers one line) and whose
 # config names the transport "fake_net" (registered here and by the fake_net fixture), so the
 # launcher and the worker command are tested apart from the distributed runtime and plugins.
-# FAKE_SERVER_MODE: "fail" (an OpError at start-up), "crash" (exit 3), "hang_on_stop";
+# FAKE_SERVER_MODE: "fail" (an OpError at start-up), "crash" (exit 3), "hang_on_stop",
+# "wrong_port" (reports a port it was not configured with);
 # FAKE_SERVER_TASK limits the mode to one task ("worker/1").
 FAKE_BOOT = r'''
 import os, socket, sys, threading, types
@@ -46,7 +47,7 @@ class Server:
             os._exit(3)
         host, port = config.task_address(job_name, task_index).rsplit(":", 1)
         self._sock = socket.create_server((host, int(port)))
-        self.address = f"{host}:{self._sock.getsockname()[1]}"
+        self.address = f"{host}:{self._sock.getsockname()[1] + (self.mode == 'wrong_port')}"
         self._stopped = threading.Event()
         threading.Thread(target=self._serve, daemon=True).start()
 
@@ -303,6 +304,14 @@ def test_a_task_that_fails_to_start_stops_the_others(launch, mode, match):
     assert sorted(f for f in os.listdir(launch.dir) if f.endswith(".log")) == ["ps-0.log", "worker-0.log",
                                                                                 "worker-1.log"]
     assert len(launch.pids) == 3 and all(not launcher.is_alive(p) for p in launch.pids)
+
+
+def test_a_task_ready_at_another_port_is_an_error(launch):
+    with pytest.raises(errors.InternalError, match=r"/job:worker/task:0 reported ready as 'tensorweave worker "
+                                                   r"ready: job=worker task=0 address=127.0.0.1:\d+', expected its "
+                                                   r"configured address 127.0.0.1:\d+"):
+        launch.up(workers=1, ps=0, env={"FAKE_SERVER_MODE": "wrong_port"})
+    assert launch.pids and all(not launcher.is_alive(p) for p in launch.pids)
 
 
 def test_not_ready_in_time(launch):

@@ -320,7 +320,10 @@ def _wait_ready(procs, timeout: float) -> None:
             except OSError:
                 m = None
             if m is not None:
-                if (m.group("job"), int(m.group("task")), m.group("address")) != (t["job"], t["task"], t["address"]):
+                # The host may be spelled differently by a transport ("localhost", "[::1]"); the
+                # job, task and port must be the configured ones.
+                if ((m.group("job"), int(m.group("task")), m.group("address").rpartition(":")[2])
+                        != (t["job"], t["task"], t["address"].rpartition(":")[2])):
                     raise errors.InternalError(
                         f"/job:{t['job']}/task:{t['task']} reported ready as {m.group(0)!r}, expected its "
                         f"configured address {t['address']}")
