@@ -34,15 +34,21 @@ class Server:
                 f"task /job:{job_name}/task:{task_index} is not in the cluster (it has {known})")
         self._transport_override = transport
         self._security = security or self._security_for(self.job_name, self.job_name)
+        # Every transport the config names for a pair with this job must exist now: an error
+        # naming it and where it is used, never a silent fallback.
+        if self._config is not None and transport is None:
+            from tensorweave.distributed.cluster import check_transports
+            check_transports(self._config, self.job_name)
+        else:
+            for j in {j for j, _ in self._cluster}:
+                for name in self._transports_for(self.job_name, j):
+                    get_transport(name)
         control, _ = self._transports_for(self.job_name, self.job_name)
         self._control = get_transport(control)
-        # Every transport the config names for a pair with this job must exist now.
-        for j in {j for j, _ in self._cluster}:
-            for name in self._transports_for(self.job_name, j):
-                get_transport(name)
         self._channels: dict = {}
         self._channels_lock = threading.Lock()
-        self.worker = Worker(self.job_name, self.task_index, channel_for=self._channel_for, config=config)
+        self.worker = Worker(self.job_name, self.task_index, channel_for=self._channel_for, config=config,
+                             max_message_bytes=self._security.max_message_bytes)
         self.worker.cluster = {j: {str(t): a for (jj, t), a in self._cluster.items() if jj == j}
                                for j in {j for j, _ in self._cluster}}
         self._server = None
@@ -96,7 +102,10 @@ class Server:
 
         def get_status(payload):  # the cluster too, so a client needs only one address
             from tensorweave.distributed import wire
-            header, tensors = wire.decode_response(status(payload))
+            try:
+                header, tensors = wire.decode_response(status(payload))
+            except errors.OpError as e:  # a bad request: answered, never raised into the transport
+                return wire.encode_error(e)
             header["cluster"] = self.worker.cluster
             return wire.encode_response(header, tensors)
         dispatcher.handlers["GetStatus"] = get_status
