@@ -1,7 +1,4 @@
-"""tensorweave's UCX transport plugin (skeleton).
-
-It will register the ``ucx`` transport: a tensor channel over UCX through ``ucxx``. For now
-it only reports its status; see ``tensorweave plugins``.
-"""
+"""tensorweave's UCX transport plugin: registers transport ``ucx`` (``transport.py``), the
+worker service and tensor streams over UCX endpoints through ``ucxx``."""
 
 __version__ = "0.1.0"

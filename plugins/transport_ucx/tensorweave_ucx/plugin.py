@@ -1,7 +1,8 @@
-"""Entry point of the UCX transport plugin. A skeleton: it registers no transport and says so.
+"""Entry point of the UCX transport plugin: registers transport ``ucx`` and reports ucxx's version.
 
-ucxx is looked for without importing it (importing initialises UCX), because this probe runs
-whenever a process loads its plugins.
+ucxx is looked up in the installed distributions, not imported: importing it loads UCX, and
+this probe runs whenever a process loads its plugins (the transport imports it on first use;
+without ucxx, starting a ``ucx`` server or channel is an UnavailableError that says so).
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ import importlib.metadata as md
 import importlib.util
 
 from tensorweave.plugins import hookimpl
+
+from .transport import UcxTransport
 
 
 def ucxx_version() -> str | None:
@@ -25,8 +28,13 @@ def ucxx_version() -> str | None:
 
 def status() -> str:
     v = ucxx_version()
-    return ("skeleton: UCX transport not implemented yet, registers no transport "
-            f"({v + ' installed' if v else 'ucxx not installed'})")
+    return ("transport ucx (" + (v if v else "ucxx NOT installed: `pip install ucxx-cu12` (Linux); "
+                                 "starting a ucx server or channel fails until then") + ")")
+
+
+@hookimpl
+def tensorweave_register_transports(registry):
+    registry.register("ucx", UcxTransport)
 
 
 @hookimpl

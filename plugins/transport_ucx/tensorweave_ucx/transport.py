@@ -1,0 +1,669 @@
+"""The ``ucx`` transport: the worker service over UCX endpoints through ``ucxx``.
+
+What this module owns: the process-wide UCX engine (one ucxx context, driven by an asyncio
+loop in a daemon thread the transport starts on first use), the framing of requests,
+responses and tensor streams on a UCX endpoint, and ``UcxServer`` / ``UcxChannel`` as
+``tensorweave.distributed.transport`` specifies them.
+
+Framing. One UCX endpoint per channel carries every request of that channel, concurrently:
+a request is a fixed-size frame on the endpoint's own tag, then its payload on a tag made
+from the request id; the response comes back the same way (frame, then body), so
+concurrent requests never wait for each other. A tensor (``fetch``) comes back as the wire
+tensor header plus a table of chunk sizes, then one UCX message per payload chunk, each
+received straight into its slice of the preallocated array (``wire.TensorAssembler``): the
+bytes cross once, no concatenation. A connection starts with a hello carrying the auth
+token; a wrong token is refused before any request is served.
+
+Failures: a refused connection, a peer that dies or a server that stops fails every call
+in flight on that endpoint with ``UnavailableError`` as soon as UCX reports it (the
+endpoint's close callback); a call past its timeout raises ``DeadlineExceededError`` (its
+late response is drained and dropped). UCX has no TLS: asking for it is
+``UnimplementedError`` at start-up, naming ``ucx``.
+
+Environment: the variables in ``UCX_ENV_DEFAULTS`` are set (unless already set) before
+ucxx is first imported, so no GPU, CUDA driver or user shell setting is needed.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import gc
+import hmac
+import itertools
+import os
+import struct
+import threading
+
+from tensorweave.distributed.transport import Security
+from tensorweave.framework import errors
+
+# Set before ucxx is imported (UCX reads its environment once, at context creation).
+UCX_ENV_DEFAULTS = {
+    # ucxx asks rendezvous fragments to be staged in CUDA memory unless told otherwise;
+    # tensors here are host memory and the machine may have no GPU at all.
+    "UCX_RNDV_FRAG_MEM_TYPE": "host",
+    # ucxx sets UCX_MEMTYPE_CACHE, which UCX >= 1.19 no longer knows: a warning per process.
+    "UCX_WARN_UNUSED_ENV_VARS": "n",
+    # ucxx logs every endpoint error at ERROR level; a peer going away is reported to the
+    # caller as UnavailableError instead.
+    "UCXX_LOG_LEVEL": "FATAL",
+}
+
+MAGIC = b"TWU1"
+# magic, kind, request id, length, aux, method (utf-8, zero padded)
+_FRAME = struct.Struct("<4sB3xQQQ64s")
+_TABLE = struct.Struct("<Q")
+
+# frame kinds: client -> server
+HELLO, CALL, FETCH = 1, 2, 3
+# frame kinds: server -> client
+OK, FETCH_OK, ERROR = 16, 17, 18
+
+# tags are (request id << 24) | part; parts 16+ are the payload chunks of a fetch
+_REQ_BODY, _RESP_HEAD, _RESP_BODY, _CHUNK0 = 1, 2, 3, 16
+_MAX_CHUNKS = (1 << 24) - _CHUNK0
+_MAX_TOKEN = 4096
+_MAX_TENSOR_HEAD = 1 << 20
+
+CONNECT_TIMEOUT = 10.0   # connect + hello, seconds
+_CLOSE_PERIOD_NS = 10 ** 9  # bound on how long aborting an endpoint may wait for UCX
+
+
+def _tag(rid: int, part: int) -> int:
+    return (rid << 24) | part
+
+
+def _frame(kind: int, rid: int, length: int = 0, aux: int = 0, method: str = "") -> bytes:
+    m = method.encode()
+    if len(m) > 64:
+        raise errors.InvalidArgumentError(f"ucx transport: method name {method!r} is longer than 64 bytes")
+    return _FRAME.pack(MAGIC, kind, rid, length, aux, m)
+
+
+def _unframe(buf, where: str):
+    magic, kind, rid, length, aux, method = _FRAME.unpack(buf)
+    if magic != MAGIC:
+        raise errors.DataLossError(f"ucx transport: {where}: not a tensorweave UCX frame (magic {magic!r})")
+    try:
+        name = method.rstrip(b"\0").decode()
+    except UnicodeDecodeError:
+        raise errors.DataLossError(f"ucx transport: {where}: method name is not UTF-8") from None
+    return kind, rid, length, aux, name
+
+
+def _split_address(address: str, what: str) -> tuple[str, int]:
+    host, sep, port = str(address).rpartition(":")
+    host = host.strip("[]")
+    if not sep or not host or not port.isdigit() or int(port) > 65535:
+        raise errors.InvalidArgumentError(f"ucx transport: {what} address {address!r} is not host:port")
+    return host, int(port)
+
+
+def _refuse_tls(security: Security | None, what: str) -> Security:
+    security = security or Security()
+    if security.tls:
+        raise errors.UnimplementedError(
+            f"transport 'ucx' cannot use TLS ({what}): UCX has no encryption. Use TLS over grpc for the "
+            "control channel and UCX for tensors only on a trusted network, e.g. "
+            "transport = {control = \"grpc\", tensors = \"ucx\"} without TLS, or grpc for both")
+    return security
+
+
+# ----------------------------------------------------------------------------------------
+# The engine: one ucxx context per process, driven by an asyncio loop in a daemon thread.
+
+class _Engine:
+    def __init__(self):
+        for k, v in UCX_ENV_DEFAULTS.items():
+            os.environ.setdefault(k, v)
+        try:
+            import ucxx
+            from ucxx._lib import libucxx
+            from ucxx._lib_async.endpoint import Endpoint
+            from ucxx._lib_async.exchange_peer_info import exchange_peer_info
+            from ucxx._lib_async.utils import hash64bits
+        except Exception as e:  # noqa: BLE001 - any import failure means the transport cannot start
+            raise errors.UnavailableError(
+                f"transport 'ucx' cannot start: importing ucxx failed ({type(e).__name__}: {e}); "
+                "install it with `pip install ucxx-cu12` (Linux)") from None
+        self.ucxx, self.libucxx = ucxx, libucxx
+        self._Endpoint, self._exchange, self._hash64 = Endpoint, exchange_peer_info, hash64bits
+        self.UCXError = libucxx.UCXError
+        self.loop = asyncio.new_event_loop()
+        # Daemon thread: threads ucxx starts from it (its notifier thread) are daemons too,
+        # so a process that never closes its servers still exits.
+        self.thread = threading.Thread(target=self._run, name="tensorweave-ucx", daemon=True)
+        self.thread.start()
+        try:
+            self.run(self._init(), 30.0)
+        except errors.OpError:
+            raise
+        except Exception as e:  # noqa: BLE001
+            raise errors.UnavailableError(
+                f"transport 'ucx' cannot start: initialising UCX failed ({type(e).__name__}: {e})") from None
+
+    def _run(self):
+        asyncio.set_event_loop(self.loop)
+        self.loop.run_forever()
+
+    async def _init(self):
+        # Python futures: a waiting request costs no CPU (without them ucxx polls in a loop).
+        self.ucxx.init(progress_mode="thread", enable_python_future=True)
+        self.ctx = self.ucxx.core._get_ctx()
+
+    def run(self, coro, timeout: float | None):
+        """Run ``coro`` on the engine's loop; the caller's thread waits at most ``timeout``
+        (plus a margin: the coroutine enforces its own deadline, this only guards the loop)."""
+        fut = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return fut.result(None if timeout is None else timeout + 5.0)
+        except concurrent.futures.TimeoutError:
+            fut.cancel()
+            raise errors.DeadlineExceededError("ucx transport: the UCX engine did not answer in time") from None
+
+    async def connect(self, host: str, port: int, timeout: float):
+        """An endpoint to a listener; a refused or unreachable peer fails as soon as UCX says so
+        (``ucxx.create_endpoint`` would wait out its whole connect timeout)."""
+        loop = asyncio.get_running_loop()
+        failed = loop.create_future()
+
+        def on_close():
+            try:
+                loop.call_soon_threadsafe(lambda: failed.done() or failed.set_result(None))
+            except RuntimeError:  # loop already closed (process exit)
+                pass
+
+        try:
+            ucx_ep = self.libucxx.UCXEndpoint.create(self.ctx.worker, host, port, True)
+            ucx_ep.set_close_callback(on_close, None, None)
+        except (self.UCXError, RuntimeError) as e:  # RuntimeError: refused before the callback was set
+            raise errors.UnavailableError(f"ucx transport: cannot connect to {host}:{port} ({e})") from None
+        msg_tag = self._hash64("msg_tag", os.urandom(16), ucx_ep.handle)
+        xchg = asyncio.ensure_future(self._exchange(ucx_ep, msg_tag, False, timeout))
+        try:
+            done, _ = await asyncio.wait({xchg, failed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
+            if xchg in done and xchg.exception() is None:
+                peer = xchg.result()
+                ucx_ep.remove_close_callback()
+                return self._Endpoint(ucx_ep, self.ctx, {"msg_send": peer["msg_tag"], "msg_recv": msg_tag})
+            if xchg in done:
+                why = f"{type(xchg.exception()).__name__}: {xchg.exception()}"
+            elif failed.done():
+                why = "connection refused or reset"
+            else:
+                why = f"no answer within {timeout:g}s"
+        finally:
+            if not xchg.done():
+                xchg.cancel()
+            if not failed.done():
+                failed.cancel()
+        ucx_ep.remove_close_callback()
+        ucx_ep.close_blocking(period=_CLOSE_PERIOD_NS, max_attempts=1)
+        raise errors.UnavailableError(f"ucx transport: cannot connect to {host}:{port} ({why})")
+
+
+_ENGINE: _Engine | None = None
+_ENGINE_LOCK = threading.Lock()
+
+
+def engine() -> _Engine:
+    global _ENGINE
+    with _ENGINE_LOCK:
+        if _ENGINE is None:
+            _ENGINE = _Engine()
+        return _ENGINE
+
+
+# ----------------------------------------------------------------------------------------
+# One endpoint: requests in flight on it fail together when it closes.
+
+class _Conn:
+    def __init__(self, eng: _Engine, ep, label: str):
+        self.eng, self.ep, self.label = eng, ep, label
+        self.loop = eng.loop
+        self.error: errors.OpError | None = None
+        self.tasks: set = set()
+        self.closed = asyncio.Event()
+        ep.set_close_callback(self._on_close)
+
+    def _on_close(self):  # UCX's progress thread: the peer went away or the endpoint failed
+        try:
+            self.loop.call_soon_threadsafe(
+                self.fail, errors.UnavailableError(f"ucx transport: connection to {self.label} was lost"))
+        except RuntimeError:
+            pass
+
+    def fail(self, err: errors.OpError) -> None:
+        """(loop thread) Fail every call in flight and close the endpoint."""
+        if self.error is None:
+            self.error = type(err)(err.message)  # a copy: callers may raise ``err`` itself
+        for t in list(self.tasks):
+            t.cancel()
+        self.closed.set()
+        ep, self.ep = self.ep, None
+        if ep is not None and ep._ep is not None:
+            ep._ep.remove_close_callback()
+            ep.abort(period=_CLOSE_PERIOD_NS)
+
+    def raised(self) -> errors.OpError:
+        # A fresh exception each time: the stored one never gets a traceback, whose frames
+        # would keep this connection's endpoint (and, server side, its listener) alive.
+        return type(self.error)(self.error.message)
+
+    def _check(self):
+        if self.error is not None:
+            raise self.raised()
+        if self.ep is None:
+            raise errors.UnavailableError(f"ucx transport: connection to {self.label} is closed")
+
+    def _ucx_failure(self, e: Exception, what: str) -> errors.OpError:
+        err = errors.UnavailableError(f"ucx transport: {what} with {self.label} failed ({type(e).__name__}: {e})")
+        self.fail(err)
+        return self.raised()
+
+    async def send(self, buf, tag=None):
+        self._check()
+        try:
+            await self.ep.send(buf, tag=tag)
+        except self.eng.UCXError as e:
+            raise self._ucx_failure(e, "send") from None
+
+    async def recv(self, buf, tag=None):
+        self._check()
+        try:
+            await self.ep.recv(buf, tag=tag)
+        except self.eng.UCXError as e:
+            raise self._ucx_failure(e, "receive") from None
+
+    async def guarded(self, coro, timeout: float | None, what: str):
+        """Run ``coro`` until it ends, the endpoint fails (UnavailableError) or ``timeout``
+        passes (DeadlineExceededError; ``coro`` goes on in the background so that a late
+        answer is received and dropped rather than left queued in UCX)."""
+        self._check()
+        inner = asyncio.ensure_future(coro)
+        self.tasks.add(inner)
+        inner.add_done_callback(self._done)
+        try:
+            return await asyncio.wait_for(asyncio.shield(inner), timeout)
+        except asyncio.TimeoutError:
+            raise errors.DeadlineExceededError(
+                f"ucx transport: {what} with {self.label} did not finish within {timeout:g}s") from None
+        except asyncio.CancelledError:
+            if self.error is not None:
+                raise self.raised() from None
+            raise
+
+    def _done(self, task):
+        self.tasks.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: a dropped late answer's failure is not an error
+
+
+async def _recv_frame(conn: _Conn, tag, where: str):
+    buf = bytearray(_FRAME.size)
+    await conn.recv(buf, tag)
+    return _unframe(buf, where)
+
+
+# ----------------------------------------------------------------------------------------
+# Server
+
+class UcxServer:
+    """Serves a ``ServiceDispatcher`` on a UCX listener (on every interface, at the port)."""
+
+    def __init__(self, address: str, dispatcher, security: Security | None = None, max_workers: int = 64):
+        self.security = _refuse_tls(security, f"server at {address}")
+        host, port = _split_address(address, "server")
+        self._dispatcher = dispatcher
+        self._eng = engine()
+        # Handlers block (RunGraph runs a whole step, RecvTensor waits for its value), so
+        # they run on threads; many, because a RecvTensor waiting here must never keep
+        # the RunGraph that produces its value from starting.
+        self._pool = concurrent.futures.ThreadPoolExecutor(max_workers, thread_name_prefix="tw-ucx-serve")
+        self._conns: set[_Conn] = set()
+        self._active: set = set()
+        self._serving: set = set()
+        self._stopping = False
+        self._stopped = threading.Event()
+        self._listener = None
+        try:
+            self._listener = self._eng.run(self._listen(port), 30.0)
+        except self._eng.UCXError as e:
+            self._pool.shutdown(wait=False)
+            raise errors.UnavailableError(f"ucx transport: cannot listen at {address} ({type(e).__name__}: {e})") from None
+        self.address = f"{host}:{self._listener.port}"
+
+    async def _listen(self, port: int):
+        return self._eng.ucxx.create_listener(self._serve, port)
+
+    def _expected_tokens(self):
+        return [t for t in (self.security.token, self._dispatcher.token) if t is not None]
+
+    async def _serve(self, ep):
+        conn = _Conn(self._eng, ep, "a client")
+        if self._stopping:
+            conn.fail(errors.UnavailableError("ucx transport: server is stopping"))
+            return
+        self._conns.add(conn)
+        self._serving.add(asyncio.current_task())
+        del ep  # only the connection holds the endpoint: stop() must be able to free it
+        try:
+            if not await self._hello(conn):
+                return
+            while not self._stopping:
+                kind, rid, length, aux, method = await conn.guarded(
+                    _recv_frame(conn, None, "request"), None, "receiving a request")
+                if kind not in (CALL, FETCH) or rid == 0:
+                    raise errors.DataLossError(f"ucx transport: unexpected request frame kind {kind}")
+                task = asyncio.ensure_future(self._handle(conn, kind, rid, length, method))
+                self._active.add(task)
+                task.add_done_callback(self._active.discard)
+        except (errors.OpError, asyncio.CancelledError):
+            pass  # the client went away, sent garbage, or the server is stopping
+        finally:
+            conn.fail(errors.UnavailableError("ucx transport: connection closed by the server"))
+            self._conns.discard(conn)
+            self._serving.discard(asyncio.current_task())
+
+    async def _hello(self, conn: _Conn) -> bool:
+        kind, rid, length, _, _ = await conn.guarded(_recv_frame(conn, None, "hello"), CONNECT_TIMEOUT, "hello")
+        if kind != HELLO or length > _MAX_TOKEN:
+            return False
+        token = bytearray(length)
+        if length:
+            await conn.guarded(conn.recv(token, _tag(0, _REQ_BODY)), CONNECT_TIMEOUT, "hello")
+        expected = self._expected_tokens()
+        if all(hmac.compare_digest(bytes(token), t.encode()) for t in expected):
+            await conn.send(_frame(OK, 0), _tag(0, _RESP_HEAD))
+            return True
+        from tensorweave.distributed import wire
+
+        body = wire.encode_error(errors.UnauthenticatedError(
+            "ucx transport: the server refused the connection: it requires an auth token and the one sent "
+            "is missing or wrong"))
+        await conn.send(_frame(ERROR, 0, len(body)), _tag(0, _RESP_HEAD))
+        await conn.send(body, _tag(0, _RESP_BODY))
+        # Let the client read the refusal and hang up (closing first could drop it in flight).
+        try:
+            await asyncio.wait_for(conn.closed.wait(), CONNECT_TIMEOUT)
+        except asyncio.TimeoutError:
+            pass
+        return False
+
+    async def _handle(self, conn: _Conn, kind: int, rid: int, length: int, method: str):
+        from tensorweave.distributed import wire
+
+        loop = asyncio.get_running_loop()
+        try:
+            if length > self.security.max_message_bytes:
+                # The payload stays unread: the client drops this connection on this answer.
+                body = wire.encode_error(errors.ResourceExhaustedError(
+                    f"ucx transport: request {method} of {length} bytes exceeds the server's limit of "
+                    f"{self.security.max_message_bytes} bytes"))
+                await conn.send(_frame(ERROR, rid, len(body)), _tag(rid, _RESP_HEAD))
+                await conn.send(body, _tag(rid, _RESP_BODY))
+                return
+            payload = bytearray(length)
+            if length:
+                await conn.guarded(conn.recv(payload, _tag(rid, _REQ_BODY)), None, f"receiving {method}")
+            payload = bytes(payload)
+            if kind == CALL:
+                body = await loop.run_in_executor(self._pool, self._call, method, payload)
+                await conn.send(_frame(OK, rid, len(body)), _tag(rid, _RESP_HEAD))
+                if body:
+                    await conn.send(body, _tag(rid, _RESP_BODY))
+            else:
+                head, chunks = await loop.run_in_executor(self._pool, self._stream, method, payload)
+                table = b"".join(_TABLE.pack(len(c)) for c in chunks)
+                await conn.send(_frame(FETCH_OK, rid, len(head), len(chunks)), _tag(rid, _RESP_HEAD))
+                await conn.send(head + table, _tag(rid, _RESP_BODY))
+                # All chunks in flight at once; each lands in its own slice on the client.
+                await asyncio.gather(*(conn.send(c, _tag(rid, _CHUNK0 + i)) for i, c in enumerate(chunks) if len(c)))
+        except (errors.OpError, asyncio.CancelledError, RuntimeError):
+            pass  # connection lost or server stopping: the client sees UnavailableError
+
+    def _call(self, method: str, payload: bytes) -> bytes:
+        from tensorweave.distributed import wire
+
+        try:
+            return bytes(self._dispatcher.call(method, payload))
+        except Exception as e:  # noqa: BLE001 - a handler's bug travels as an error response
+            return wire.encode_error(e if isinstance(e, errors.OpError) else
+                                     errors.InternalError(f"{method}: {type(e).__name__}: {e}"))
+
+    def _stream(self, method: str, payload: bytes):
+        """(head, [payload chunks as byte memoryviews]); an error travels as the head."""
+        from tensorweave.distributed import wire
+
+        try:
+            it = iter(self._dispatcher.stream(method, payload))
+            head = next(it, None)
+            if head is None:
+                raise errors.DataLossError(f"{method}: the stream produced nothing")
+            chunks = [memoryview(c).cast("B") for c in it]
+            if len(chunks) > _MAX_CHUNKS:
+                raise errors.ResourceExhaustedError(f"{method}: {len(chunks)} chunks is more than {_MAX_CHUNKS}")
+            return bytes(head), chunks
+        except Exception as e:  # noqa: BLE001
+            return wire.encode_error(e if isinstance(e, errors.OpError) else
+                                     errors.InternalError(f"{method}: {type(e).__name__}: {e}")), []
+
+    def stop(self, grace: float | None = None) -> None:
+        """Stop listening, let requests in flight finish for up to ``grace`` seconds, then
+        close every connection (their clients see UnavailableError)."""
+        if self._stopped.is_set():
+            return
+        self._stopped.set()
+        self._eng.run(self._stop(grace), None if grace is None else grace + 10.0)
+        self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _stop(self, grace):
+        self._stopping = True  # new connections are closed as soon as they arrive
+        if grace and self._active:
+            await asyncio.wait(set(self._active), timeout=grace)
+        for conn in list(self._conns):
+            conn.fail(errors.UnavailableError("ucx transport: the server stopped"))
+        for t in list(self._active):
+            t.cancel()
+        # UCX keeps listening while an endpoint it accepted is alive: let the connection
+        # coroutines end before dropping the listener, so the port is closed when stop() returns.
+        if self._serving:
+            await asyncio.wait(set(self._serving), timeout=5.0)
+        await asyncio.sleep(0)
+        if self._listener is not None:
+            self._listener.close()
+            self._listener = None
+        gc.collect()  # an endpoint caught in a reference cycle would hold the port open
+
+    def __repr__(self) -> str:
+        return f"UcxServer({self.address!r})"
+
+
+# ----------------------------------------------------------------------------------------
+# Channel
+
+class UcxChannel:
+    """A client of one UCX server: one endpoint, opened on first use and again after a failure."""
+
+    def __init__(self, address: str, security: Security | None = None):
+        self.security = _refuse_tls(security, f"channel to {address}")
+        self.address = address
+        self._host, self._port = _split_address(address, "channel")
+        self._eng = engine()
+        self._conn: _Conn | None = None
+        self._lock = threading.Lock()
+        self._ids = itertools.count(1)
+        self._closed = False
+
+    # -- connection ----------------------------------------------------------------------
+    def _connection(self, timeout: float | None) -> _Conn:
+        with self._lock:
+            if self._closed:
+                raise errors.UnavailableError(f"ucx transport: channel to {self.address} is closed")
+            conn = self._conn
+            if conn is None or conn.error is not None or conn.ep is None:
+                t = CONNECT_TIMEOUT if timeout is None else min(timeout, CONNECT_TIMEOUT)
+                self._conn = conn = self._eng.run(self._open(t), t)
+            return conn
+
+    async def _open(self, timeout: float) -> _Conn:
+        from tensorweave.distributed import wire
+
+        ep = await self._eng.connect(self._host, self._port, timeout)
+        conn = _Conn(self._eng, ep, self.address)
+        try:
+            token = (self.security.token or "").encode()
+            await conn.send(_frame(HELLO, 0, len(token)))
+            if token:
+                await conn.send(token, _tag(0, _REQ_BODY))
+            kind, _, length, _, _ = await conn.guarded(
+                _recv_frame(conn, _tag(0, _RESP_HEAD), "hello answer"), timeout, "connect")
+            if kind == ERROR and length <= _MAX_TENSOR_HEAD:
+                body = bytearray(length)
+                await conn.guarded(conn.recv(body, _tag(0, _RESP_BODY)), timeout, "connect")
+                wire.decode_response(body)  # raises the refusal (UnauthenticatedError)
+            if kind != OK:
+                raise errors.DataLossError(f"ucx transport: {self.address} answered the hello with frame kind {kind}")
+            return conn
+        except BaseException as e:
+            conn.fail(e if isinstance(e, errors.OpError) else errors.UnavailableError(str(e)))
+            if isinstance(e, errors.DeadlineExceededError):
+                raise errors.UnavailableError(f"ucx transport: {self.address} did not answer the hello in time") from None
+            raise
+
+    def _check_size(self, method: str, payload) -> None:
+        if len(payload) > self.security.max_message_bytes:
+            raise errors.ResourceExhaustedError(
+                f"ucx transport: request {method} of {len(payload)} bytes exceeds {self.security.max_message_bytes}")
+
+    # -- calls ---------------------------------------------------------------------------
+    def call(self, method: str, payload, timeout: float | None = None) -> bytes:
+        self._check_size(method, payload)
+        conn = self._connection(timeout)
+        return self._eng.run(conn.guarded(self._call(conn, method, payload), timeout, method), timeout)
+
+    async def _call(self, conn: _Conn, method: str, payload) -> bytes:
+
+        rid = next(self._ids)
+        kind, length = await self._request(conn, CALL, rid, method, payload)
+        body = bytearray(length)
+        if length:
+            await conn.recv(body, _tag(rid, _RESP_BODY))
+        if kind == ERROR:
+            self._drop_if_refused(conn, body)
+        elif kind != OK:
+            conn.fail(errors.DataLossError(f"ucx transport: {method}: unexpected answer frame kind {kind}"))
+            conn._check()
+        return bytes(body)
+
+    async def _request(self, conn: _Conn, kind: int, rid: int, method: str, payload):
+        await conn.send(_frame(kind, rid, len(payload), 0, method))
+        sending = None
+        if len(payload):
+            # Not awaited before the answer: a large payload goes by rendezvous, which waits
+            # for the server to take it, and a server refusing it (too large) never does.
+            sending = asyncio.ensure_future(conn.send(payload, _tag(rid, _REQ_BODY)))
+            conn.tasks.add(sending)
+            sending.add_done_callback(conn._done)
+        akind, arid, length, aux, _ = await _recv_frame(conn, _tag(rid, _RESP_HEAD), f"{method} answer")
+        if sending is not None and akind != ERROR:
+            await sending
+        limit = self.security.max_message_bytes if akind != FETCH_OK else _MAX_TENSOR_HEAD
+        if arid != rid or length > limit:
+            # Its body is already on the way and cannot be skipped: drop the connection.
+            err = errors.ResourceExhaustedError(
+                f"ucx transport: the answer to {method} from {self.address} ({length} bytes) exceeds {limit}")
+            conn.fail(err)
+            raise err
+        return (akind, length) if akind != FETCH_OK else (akind, length, aux)
+
+    def _drop_if_refused(self, conn: _Conn, body) -> None:
+        """A transport-level refusal (oversize request) leaves the request's payload unread on
+        the server: drop the connection, then raise the error it carries."""
+        from tensorweave.distributed import wire
+
+        try:
+            wire.decode_response(body)
+        except errors.OpError as e:
+            conn.fail(errors.UnavailableError(f"ucx transport: connection to {self.address} dropped after: {e}"))
+            raise e from None
+
+    def fetch(self, method: str, payload, timeout: float | None = None):
+        """A streamed tensor, received into its preallocated array: what ``wire.assemble_tensor``
+        would make of the chunks (an array, ``DEAD``, or the error the stream carries)."""
+        self._check_size(method, payload)
+        conn = self._connection(timeout)
+        return self._eng.run(conn.guarded(self._fetch(conn, method, payload), timeout, method), timeout)
+
+    async def _fetch(self, conn: _Conn, method: str, payload):
+        from tensorweave.distributed import wire
+
+        rid = next(self._ids)
+        answer = await self._request(conn, FETCH, rid, method, payload)
+        kind, length = answer[0], answer[1]
+        if kind == ERROR:
+            body = bytearray(length)
+            await conn.recv(body, _tag(rid, _RESP_BODY))
+            self._drop_if_refused(conn, body)
+        if kind != FETCH_OK or answer[2] > _MAX_CHUNKS:
+            err = errors.DataLossError(f"ucx transport: {method}: malformed tensor answer from {self.address}")
+            conn.fail(err)
+            raise err
+        n = answer[2]
+        body = bytearray(length + n * _TABLE.size)
+        await conn.recv(body, _tag(rid, _RESP_BODY))
+        head = memoryview(body)[:length]
+        sizes = [s for (s,) in _TABLE.iter_unpack(memoryview(body)[length:])]
+        try:
+            if bytes(head[:4]) == wire.MESSAGE_MAGIC:
+                if n:
+                    raise errors.DataLossError(f"{method}: an error answer followed by payload chunks")
+                wire.decode_response(head, self.security.max_message_bytes)  # raises the error it carries
+                raise errors.DataLossError(f"{method}: the stream began with a response, not a tensor header")
+            header, off = wire.decode_tensor_header(head, self.security.max_message_bytes)
+            asm = wire.TensorAssembler(header, f"tensor from {method} at {self.address}")
+            if off < length:
+                asm.write(head[off:])
+            if asm.pos + sum(sizes) != asm.nbytes:
+                raise errors.DataLossError(
+                    f"ucx transport: {method}: the tensor header announces {asm.nbytes} bytes but "
+                    f"{asm.pos + sum(sizes)} are coming")
+        except errors.OpError as e:
+            if n:  # chunks are already on their way: the connection cannot be reused
+                conn.fail(errors.UnavailableError(f"ucx transport: connection to {self.address} dropped after: {e}"))
+            raise
+        recvs, at = [], asm.pos
+        for i, size in enumerate(sizes):
+            if size:
+                recvs.append(conn.recv(asm.buffer[at:at + size], _tag(rid, _CHUNK0 + i)))
+            at += size
+        await asyncio.gather(*recvs)
+        asm.advance(at - asm.pos)
+        return asm.finish()
+
+    def close(self) -> None:
+        with self._lock:
+            self._closed = True
+            conn, self._conn = self._conn, None
+        if conn is not None:
+            err = errors.UnavailableError(f"ucx transport: channel to {self.address} is closed")
+            try:
+                self._eng.loop.call_soon_threadsafe(conn.fail, err)
+            except RuntimeError:
+                pass
+
+    def __repr__(self) -> str:
+        return f"UcxChannel({self.address!r})"
+
+
+class UcxTransport:
+    """The ``ucx`` transport: servers and channels over UCX (TCP, shared memory) via ucxx."""
+
+    name = "ucx"
+
+    def server(self, address: str, dispatcher, security: Security | None = None) -> UcxServer:
+        return UcxServer(address, dispatcher, security)
+
+    def channel(self, address: str, security: Security | None = None) -> UcxChannel:
+        return UcxChannel(address, security)
