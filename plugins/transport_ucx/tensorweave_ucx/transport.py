@@ -45,6 +45,9 @@ UCX_ENV_DEFAULTS = {
     "UCX_RNDV_FRAG_MEM_TYPE": "host",
     # ucxx sets UCX_MEMTYPE_CACHE, which UCX >= 1.19 no longer knows: a warning per process.
     "UCX_WARN_UNUSED_ENV_VARS": "n",
+    # A task restarted at its port after a crash must be able to listen again while the old
+    # connections linger in TIME_WAIT (SO_REUSEADDR; a live listener still holds the port).
+    "UCX_TCP_CM_REUSEADDR": "y",
     # ucxx logs every endpoint error at ERROR level; a peer going away is reported to the
     # caller as UnavailableError instead.
     "UCXX_LOG_LEVEL": "FATAL",
@@ -181,6 +184,8 @@ class _Engine:
             raise errors.UnavailableError(f"ucx transport: cannot connect to {host}:{port} ({e})") from None
         msg_tag = self._hash64("msg_tag", os.urandom(16), ucx_ep.handle)
         xchg = asyncio.ensure_future(self._exchange(ucx_ep, msg_tag, False, timeout))
+        # its failure after a refusal is expected, and reported below, not by asyncio
+        xchg.add_done_callback(lambda t: t.cancelled() or t.exception())
         try:
             done, _ = await asyncio.wait({xchg, failed}, timeout=timeout, return_when=asyncio.FIRST_COMPLETED)
             if xchg in done and xchg.exception() is None:
@@ -209,6 +214,10 @@ _ENGINE_LOCK = threading.Lock()
 
 def engine() -> _Engine:
     global _ENGINE
+    # Imported here, in the caller's thread: the loop and handler threads then only look the
+    # module up (Python 3.11 can fail compiling modules in two threads at once).
+    from tensorweave.distributed import wire  # noqa: F401
+
     with _ENGINE_LOCK:
         if _ENGINE is None:
             _ENGINE = _Engine()
