@@ -38,6 +38,7 @@ from tensorweave.ops.control_ops import group, no_op
 from tensorweave.ops.control_flow_ops import case, cond, while_loop
 from tensorweave.ops.gradients import NotDifferentiable, RegisterGradient, gradients, no_gradient
 from tensorweave.ops.control_ops import tuple_ as tuple
+from tensorweave.ops.accumulator_ops import ConditionalAccumulator
 from tensorweave.ops.data_flow_ops import FIFOQueue, QueueBase, RandomShuffleQueue, count_up_to
 from tensorweave.ops.io_ops import *  # noqa: F401,F403
 from tensorweave.ops.math_ops import *  # noqa: F401,F403

@@ -40,6 +40,10 @@ def tensorweave_register_kernels(registry):
 
     for op in sorted(CONTROL_FLOW_OPS):
         registry.register(op, "*", factory=_interpreted, host_memory=("pred",) if op == "Switch" else ())
+    # Gradient accumulators are host data structures, like queues: CPU kernels on every task.
+    from tensorweave.ops import accumulator_ops
+
+    accumulator_ops.register_kernels(registry)
 
 
 @hookimpl

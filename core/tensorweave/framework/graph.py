@@ -272,11 +272,16 @@ class Graph:
     def device(self, spec):
         s = self._scopes()
         if spec is None:
-            s.device_stack.append(DeviceSpec())
+            s.device_stack.append(_NO_DEVICE)
         elif callable(spec) and not isinstance(spec, str | DeviceSpec):
-            raise errors.UnimplementedError("device functions are not supported; pass a device string")
+            # A device function (tw.train.replica_device_setter): called with each new op.
+            s.device_stack.append(_DeviceFunction(spec))
         else:
-            s.device_stack.append(s.device_stack[-1].merge_from(DeviceSpec.from_string(spec)))
+            # String scopes merge eagerly, but not across a device function: the function
+            # must see only the scopes inside it (TF1 applies them innermost first).
+            top = s.device_stack[-1]
+            base = top if type(top) is DeviceSpec else DeviceSpec()
+            s.device_stack.append(base.merge_from(DeviceSpec.from_string(spec)))
         try:
             yield
         finally:
@@ -444,7 +449,9 @@ class Graph:
         ctx = getattr(s, "cf_context", None)
         if ctx is not None:  # inside tw.cond/tw.while_loop: captured inputs enter the context
             inputs, control = ctx._process_new_op(op_def, inputs, control)
-        device = s.device_stack[-1].to_string()
+        stack = s.device_stack
+        plain = all(type(e) is DeviceSpec for e in stack)  # no device function nor device(None)
+        device = stack[-1].to_string() if plain else ""
         if getattr(s, "colocation_stack", None):
             attrs = dict(attrs, _class=_colocation_classes(s.colocation_stack, attrs.get("_class")))
         with self._lock:
@@ -453,6 +460,8 @@ class Graph:
             self._nodes.append(op)
             self._by_name[name] = op
             self._version += 1
+        if not plain:
+            op._device = _apply_device_stack(stack, op)
         return op
 
     def create_op(self, op_type, inputs, dtypes_=None, input_types=None, name=None, attrs=None,
@@ -476,6 +485,52 @@ class Graph:
 
     def __repr__(self):
         return f"<tw.Graph with {len(self._nodes)} ops>"
+
+
+class _DeviceFunction:
+    """A ``tw.device(fn)`` scope: ``fn(op)`` returns the op's device (a string, a
+    DeviceSpec or None)."""
+
+    __slots__ = ("fn",)
+
+    def __init__(self, fn):
+        self.fn = fn
+
+    def to_string(self) -> str:
+        return ""
+
+
+class _NoDevice:
+    """``tw.device(None)``: clears every enclosing device scope and device function."""
+
+    def to_string(self) -> str:
+        return ""
+
+    def merge_from(self, other):
+        return DeviceSpec().merge_from(other)
+
+
+_NO_DEVICE = _NoDevice()
+
+
+def _apply_device_stack(stack, op) -> str:
+    """The device of a new op under scopes that include device functions (TF1 order: the
+    innermost scope first; each device function sees the device chosen so far as
+    ``op.device`` and returns the new one; a string scope fills only fields still unset)."""
+    device = DeviceSpec()
+    need_spec = True  # a string entry already holds every string scope below it, up to a function
+    for entry in reversed(stack):
+        if entry is _NO_DEVICE:
+            break
+        if type(entry) is _DeviceFunction:
+            op._device = device.to_string()
+            out = entry.fn(op)
+            device = DeviceSpec.from_string("" if out is None else out)
+            need_spec = True
+        elif need_spec:
+            device = entry.merge_from(device)
+            need_spec = False
+    return device.to_string()
 
 
 def _colocation_classes(targets, existing=None) -> list[str]:

@@ -34,9 +34,12 @@ class Variable:
             # The Variable node takes the scope's own (already unique) name, as in TF1.
             self._variable = state_ops.variable_op(shape, init.dtype, container=container, exact_name=base)
             self._initial_value = init
-            self._initializer_op = state_ops.assign(self._variable, init, validate_shape=validate_shape,
-                                                    name="Assign").op
-            self._snapshot = array_ops.identity(self._variable, name="read")
+            # On the variable's device whatever device function is in scope
+            # (tw.train.replica_device_setter puts only the Variable node on a ps), as in TF1.
+            with g.colocate_with(self._variable.op):
+                self._initializer_op = state_ops.assign(self._variable, init, validate_shape=validate_shape,
+                                                        name="Assign").op
+                self._snapshot = array_ops.identity(self._variable, name="read")
         self._trainable = trainable
         if collections is None:
             collections = [GraphKeys.GLOBAL_VARIABLES]

@@ -7,6 +7,7 @@ from tensorweave.ops.io_ops import match_filenames_once
 from tensorweave.train.adagrad import AdagradOptimizer
 from tensorweave.train.adam import AdamOptimizer
 from tensorweave.train.coordinator import Coordinator, LooperThread
+from tensorweave.train.device_setter import replica_device_setter
 from tensorweave.train.gradient_descent import GradientDescentOptimizer
 from tensorweave.train.hooks import (
     CheckpointSaverHook,
@@ -51,6 +52,7 @@ from tensorweave.train.saver import (
     remove_checkpoint,
     update_checkpoint_state,
 )
+from tensorweave.train.sync_replicas import SyncReplicasOptimizer
 from tensorweave.train.training_util import (
     assert_global_step,
     create_global_step,
@@ -68,6 +70,8 @@ __all__ = [
     "AdagradOptimizer",
     "AdamOptimizer",
     "RMSPropOptimizer",
+    "SyncReplicasOptimizer",
+    "replica_device_setter",
     "get_global_step",
     "create_global_step",
     "get_or_create_global_step",
