@@ -300,3 +300,148 @@ def test_cancel_pending_takes_ends_a_waiting_take():
             t.join(0.01)
         assert not t.is_alive()
         assert "cancel_pending_takes" in str(box["e"])
+
+
+# ----------------------------------------------------------------------------------------
+def test_async_replicas_each_apply_their_own_updates_and_converge(cluster):
+    """Asynchronous data parallelism (Figure 7 bottom): one client thread per replica."""
+    spec, servers = cluster
+    rng = np.random.default_rng(1)
+    true_w = rng.normal(size=(4, 1))
+    xs = rng.normal(size=(400, 4))
+    ys = xs @ true_w + 0.01 * rng.normal(size=(400, 1))
+    steps, b = 60, 20
+    losses, ready = {}, threading.Event()
+
+    def replica(i):
+        g = tw.Graph()
+        with g.as_default():
+            with tw.device(tw.train.replica_device_setter(cluster=spec, worker_device=f"/job:worker/task:{i}")):
+                x = tw.placeholder(tw.float64, [None, 4])
+                y = tw.placeholder(tw.float64, [None, 1])
+                w = tw.Variable(np.zeros((4, 1)), name="w")
+                loss = tw.reduce_mean(tw.square(tw.matmul(x, w) - y))
+                gs = tw.train.get_or_create_global_step()
+                train = tw.train.GradientDescentOptimizer(0.1).minimize(loss, global_step=gs)
+            with tw.Session(servers[("worker", i)].target) as sess:
+                if i == 0:
+                    sess.run(tw.global_variables_initializer())
+                    ready.set()
+                assert ready.wait(60)
+                first = sess.run(loss, {x: xs, y: ys})
+                for k in range(steps):
+                    lo = ((k * 2 + i) * b) % len(xs)
+                    sess.run(train, {x: xs[lo:lo + b], y: ys[lo:lo + b]}, options=STEP)
+                losses[i] = (first, sess.run(loss, {x: xs, y: ys}), sess.run(gs))
+
+    _run_threads([lambda i=i: replica(i) for i in range(2)])
+    for first, last, _ in losses.values():
+        assert last < 0.01 * first, losses
+    # Every update of both replicas reached the shared global step on the ps.
+    assert max(s for _, _, s in losses.values()) == 2 * steps
+
+
+def test_in_graph_replication_equals_local(cluster):
+    """One client, one graph: a tower per worker, gradients averaged on the ps (Figure 7 top)."""
+    spec, servers = cluster
+    xs, ys = _data(4, 16, seed=3)
+
+    def build(towers):
+        x = tw.placeholder(tw.float64, [None, 4])
+        y = tw.placeholder(tw.float64, [None, 2])
+        with tw.device("/job:ps/task:0" if towers else None):
+            w = tw.Variable(W0, name="w")
+            b = tw.Variable(B0, name="b")
+            v = tw.Variable(V0, name="v")
+        params = [w, b, v]
+        grads = []
+        xparts, yparts = tw.split(x, towers or 1), tw.split(y, towers or 1)
+        for t in range(towers or 1):
+            with tw.device(f"/job:worker/task:{t}" if towers else None):
+                h = tw.tanh(tw.matmul(xparts[t], w) + b)
+                loss = tw.reduce_mean(tw.square(tw.matmul(h, v) - yparts[t]))
+                grads.append(tw.gradients(loss, params))
+        with tw.device("/job:ps/task:1" if towers else None):
+            avg = [tw.add_n(list(gs)) / float(len(grads)) for gs in zip(*grads)]
+        opt = tw.train.MomentumOptimizer(0.1, 0.9)
+        return x, y, params, opt.apply_gradients(list(zip(avg, params)))
+
+    def train(target, towers):
+        g = tw.Graph()
+        with g.as_default():
+            x, y, params, step = build(towers)
+            with tw.Session(target) as sess:
+                sess.run(tw.global_variables_initializer())
+                if towers:
+                    pl = sess.placement(step, {x: xs[0], y: ys[0]})
+                    assert {d.split("/device")[0] for d in pl.values()} >= {
+                        "/job:worker/replica:0/task:0", "/job:worker/replica:0/task:1", "/job:ps/replica:0/task:0"}
+                for k in range(len(xs)):
+                    sess.run(step, {x: xs[k], y: ys[k]}, options=STEP)
+                return sess.run(params)
+
+    dist = train(servers[("worker", 0)].target, towers=2)
+    local = train("", towers=0)
+    for a, r in zip(dist, local):
+        np.testing.assert_allclose(a, r, rtol=1e-10, atol=1e-12)
+
+
+def test_model_parallel_layers_on_different_tasks_equal_local(cluster):
+    """Model parallelism (Figure 8): each layer on its own task, trained; same values as local."""
+    spec, servers = cluster
+    xs, ys = _data(3, 8, seed=5)
+
+    def train(target, devices):
+        g = tw.Graph()
+        with g.as_default():
+            x = tw.placeholder(tw.float64, [None, 4])
+            y = tw.placeholder(tw.float64, [None, 2])
+            with tw.device(devices[0]):
+                w = tw.Variable(W0, name="w")
+                h = tw.tanh(tw.matmul(x, w))
+            with tw.device(devices[1]):
+                v = tw.Variable(V0, name="v")
+                out = tw.matmul(h, v)
+            with tw.device(devices[2]):
+                loss = tw.reduce_mean(tw.square(out - y))
+            step = tw.train.AdamOptimizer(0.05).minimize(loss)
+            with tw.Session(target) as sess:
+                sess.run(tw.global_variables_initializer())
+                values = []
+                for k in range(len(xs)):
+                    values.append(sess.run([loss, step], {x: xs[k], y: ys[k]}, options=STEP)[0])
+                return values, sess.run([w, v, h], {x: xs[0]})
+
+    dist = train(servers[("worker", 1)].target, ["/job:worker/task:0", "/job:worker/task:1", "/job:ps/task:1"])
+    local = train("", [None, None, None])
+    np.testing.assert_allclose(dist[0], local[0], rtol=1e-12)
+    for a, r in zip(dist[1], local[1]):
+        np.testing.assert_allclose(a, r, rtol=1e-12)
+
+
+def test_concurrent_steps_on_one_session_do_not_mix(cluster):
+    """Several client threads run steps at once on one DistributedSession (Figure 9): each
+    step's transfers stay within the step, and concurrent updates are all applied."""
+    spec, servers = cluster
+    x = tw.placeholder(tw.float32, [None], name="x")
+    with tw.device("/job:worker/task:0"):
+        a = x * 2.0 + 1.0
+    with tw.device("/job:worker/task:1"):
+        b = tw.square(a)
+    with tw.device("/job:ps/task:0"):
+        counter = tw.Variable(0.0, name="counter")
+        c = tw.reduce_sum(b)
+        bump = tw.assign_add(counter, 1.0)
+    n_threads, iters = 4, 40
+    with tw.Session(servers[("worker", 0)].target) as sess:
+        sess.run(counter.initializer)
+
+        def client(i):
+            for k in range(iters):
+                xv = np.arange(3, dtype=np.float32) + 100 * i + k
+                bv, cv, _ = sess.run([b, c, bump], {x: xv}, options=STEP)
+                np.testing.assert_allclose(bv, (2 * xv + 1) ** 2)
+                np.testing.assert_allclose(cv, ((2 * xv + 1) ** 2).sum(), rtol=1e-6)
+
+        _run_threads([lambda i=i: client(i) for i in range(n_threads)])
+        assert sess.run(counter) == n_threads * iters
