@@ -45,6 +45,11 @@ UCX_ENV_DEFAULTS = {
     "UCX_RNDV_FRAG_MEM_TYPE": "host",
     # ucxx sets UCX_MEMTYPE_CACHE, which UCX >= 1.19 no longer knows: a warning per process.
     "UCX_WARN_UNUSED_ENV_VARS": "n",
+    # UCX's TCP transport moves data in segments of 8 KiB (send) / 64 KiB (receive) by
+    # default; 1 MiB ones make a 64 MiB fetch ~2.5x faster on loopback (1.3 -> 3+ GB/s),
+    # for 8 MiB of buffers per direction and process (allocated 8 at a time).
+    "UCX_TCP_TX_SEG_SIZE": "1m",
+    "UCX_TCP_RX_SEG_SIZE": "1m",
     # A task restarted at its port after a crash must be able to listen again while the old
     # connections linger in TIME_WAIT (SO_REUSEADDR; a live listener still holds the port).
     "UCX_TCP_CM_REUSEADDR": "y",
@@ -315,6 +320,29 @@ async def _recv_frame(conn: _Conn, tag, where: str):
     return _unframe(buf, where)
 
 
+def _coalesce(chunks: list) -> list:
+    """Merge chunks that lie back to back in memory (``wire.tensor_chunks`` slices one array)
+    into one message each: UCX moves one large message faster than many 1 MiB ones. The
+    merged buffers are views of the same memory (no copy); the caller keeps ``chunks`` alive
+    until they are sent, since a run may span the memory of more than one chunk's owner."""
+    import numpy as np
+
+    runs, end = [], None
+    for c in chunks:
+        if not len(c):
+            continue
+        a = np.frombuffer(c, np.uint8)
+        addr = a.__array_interface__["data"][0]
+        if runs and addr == end:
+            runs[-1].append(a)
+        else:
+            runs.append([a])
+        end = addr + len(a)
+    return [r[0] if len(r) == 1 else
+            np.lib.stride_tricks.as_strided(r[0], shape=(sum(map(len, r)),), strides=(1,), writeable=False)
+            for r in runs]
+
+
 # ----------------------------------------------------------------------------------------
 # Server
 
@@ -423,12 +451,14 @@ class UcxServer:
                 if body:
                     await conn.send(body, _tag(rid, _RESP_BODY))
             else:
-                head, chunks = await loop.run_in_executor(self._pool, self._stream, method, payload)
+                # ``parts``: the stream's own chunks, alive until sent (the merged ones are views)
+                head, chunks, parts = await loop.run_in_executor(self._pool, self._stream, method, payload)
                 table = b"".join(_TABLE.pack(len(c)) for c in chunks)
                 await conn.send(_frame(FETCH_OK, rid, len(head), len(chunks)), _tag(rid, _RESP_HEAD))
                 await conn.send(head + table, _tag(rid, _RESP_BODY))
                 # All chunks in flight at once; each lands in its own slice on the client.
                 await asyncio.gather(*(conn.send(c, _tag(rid, _CHUNK0 + i)) for i, c in enumerate(chunks) if len(c)))
+                del parts
         except (errors.OpError, asyncio.CancelledError, RuntimeError):
             pass  # connection lost or server stopping: the client sees UnavailableError
 
@@ -442,7 +472,7 @@ class UcxServer:
                                      errors.InternalError(f"{method}: {type(e).__name__}: {e}"))
 
     def _stream(self, method: str, payload: bytes):
-        """(head, [payload chunks as byte memoryviews]); an error travels as the head."""
+        """(head, [payload buffers to send], [the stream's chunks]); an error travels as the head."""
         from tensorweave.distributed import wire
 
         try:
@@ -450,13 +480,14 @@ class UcxServer:
             head = next(it, None)
             if head is None:
                 raise errors.DataLossError(f"{method}: the stream produced nothing")
-            chunks = [memoryview(c).cast("B") for c in it]
+            parts = [memoryview(c).cast("B") for c in it]
+            chunks = _coalesce(parts)
             if len(chunks) > _MAX_CHUNKS:
                 raise errors.ResourceExhaustedError(f"{method}: {len(chunks)} chunks is more than {_MAX_CHUNKS}")
-            return bytes(head), chunks
+            return bytes(head), chunks, parts
         except Exception as e:  # noqa: BLE001
             return wire.encode_error(e if isinstance(e, errors.OpError) else
-                                     errors.InternalError(f"{method}: {type(e).__name__}: {e}")), []
+                                     errors.InternalError(f"{method}: {type(e).__name__}: {e}")), [], []
 
     def stop(self, grace: float | None = None) -> None:
         """Stop listening, let requests in flight finish for up to ``grace`` seconds, then
