@@ -5,6 +5,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 EXAMPLES = Path(__file__).resolve().parent.parent / "examples"
 
 
@@ -40,3 +42,25 @@ def test_input_pipeline_trains_digits_from_record_files():
     assert records == 40 * 1437 and steps == records // 64  # 40 epochs, only whole batches
     acc = float(re.search(r"\[input pipeline\] test accuracy .*: (\d\.\d+)", out).group(1))
     assert acc >= 0.96, out
+
+
+def _installed_transports():
+    from tensorweave import plugins
+
+    return {n for n, _ in plugins.registry().transports.items()}
+
+
+@pytest.mark.parametrize("transport,mode", [("grpc", "sync"), ("grpc", "async"), ("ucx", "sync")])
+def test_distributed_digits_on_a_local_cluster(transport, mode):
+    """1 ps + 2 worker processes started (and stopped) by the example; 15 of its 40 epochs
+    to stay quick (the full run reaches the single-process accuracy, see docs/distributed.md)."""
+    if transport not in _installed_transports():
+        pytest.skip(f"transport {transport} is not installed")
+    out, err = _run(EXAMPLES / "distributed_digits.py", "--transport", transport, "--mode", mode, "--epochs", "15",
+                    timeout=240)
+    m = re.search(rf"\[{mode}\] (\d+) updates; test accuracy on the held-out 20% \(360 images\): (\d\.\d+)", out)
+    assert m, out + err
+    updates, acc = int(m.group(1)), float(m.group(2))
+    assert updates == 15 * 23 if mode == "sync" else 15 * 23 < updates <= 2 * 15 * 23, out
+    assert acc >= 0.95, out
+    assert f"[{mode}] epoch  15/15" in err
