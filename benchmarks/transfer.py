@@ -11,6 +11,13 @@ each transport's ratio to raw TCP (best against best, median against median).
     python benchmarks/transfer.py                       # grpc, 64 MiB, 10 rounds
     python benchmarks/transfer.py --transports grpc,ucx --mib 256 --rounds 5
 
+``--null-step`` measures instead the latency of a minimal distributed step — one scalar
+variable update on a ps task from 2 workers, 2 client threads at once — median and p99
+over ``--steps`` steps per client, for ``local`` (one process), ``inproc`` and each
+transport named::
+
+    python benchmarks/transfer.py --null-step --transports grpc,ucx --steps 500
+
 Any transport registered with ``tensorweave_register_transports`` works here except ``inproc``
 (it cannot cross processes). The server processes are children of this one and always reaped.
 """
@@ -142,13 +149,123 @@ def bench_transport(name: str, mib: int, rounds: int) -> list[float]:
         server.close()
 
 
+# ----------------------------------------------------------------------------------------
+# Null-step latency (``--null-step``): the fixed cost of one distributed step. A cluster of 1
+# ps and 2 worker tasks (separate processes started by the ``tensorweave cluster up``
+# launcher; ``inproc``: servers in this process); one scalar variable on the ps; each of 2
+# client threads, with its own Session, runs ``assign_add(v, delta)`` where ``delta`` comes
+# from its worker task: a RunGraph on the worker and on the ps and one tensor pulled from
+# the worker by the ps, per step.
+
+
+def _null_step_cluster(name: str):
+    import contextlib
+    import tempfile
+
+    from tensorweave.distributed import cluster as cl
+
+    @contextlib.contextmanager
+    def cluster():
+        if name == "inproc":
+            from tensorweave.distributed.server import Server
+
+            spec = {"ps": ["inproc-bench:1"], "worker": ["inproc-bench:2", "inproc-bench:3"]}
+            config = cl.config_from_dict({"cluster": spec, "transport": "inproc"})
+            servers = [Server(config, "ps", 0), Server(config, "worker", 0), Server(config, "worker", 1)]
+            try:
+                yield config
+            finally:
+                for srv in servers:
+                    srv.stop()
+            return
+        from tensorweave.distributed import launcher
+
+        with tempfile.TemporaryDirectory(prefix="tw-null-step-") as directory:
+            path, _ = launcher.up(directory, workers=2, ps=1, transport=name, timeout=60.0)
+            try:
+                yield cl.load_config(path)
+            finally:
+                launcher.down(directory, grace=5.0)
+    return cluster()
+
+
+def bench_null_step(name: str, steps: int, warmup: int = 20) -> list[float]:
+    """Seconds per step of each of 2 client threads updating one scalar on the ps at once
+    (``name`` "local": the same graph in one process, on one device)."""
+    import contextlib
+    import threading
+
+    import tensorweave as tw
+
+    g = tw.Graph()
+    local = name == "local"
+    with g.as_default():
+        with tw.device(None if local else "/job:ps/task:0"):
+            v = tw.Variable(0.0, name="counter")
+        updates = []
+        for i in range(2):
+            with tw.device(None if local else f"/job:worker/task:{i}"):
+                delta = tw.ones([], name=f"delta_{i}")
+            updates.append(tw.assign_add(v, delta, use_locking=True).op)
+    times: list[list[float]] = [[], []]
+    errors: list[BaseException] = []
+    with contextlib.ExitStack() as stack:
+        target = "" if local else stack.enter_context(_null_step_cluster(name))
+        sessions = [stack.enter_context(tw.Session(target, graph=g)) for _ in range(2)]
+        if local:
+            sessions = sessions[:1] * 2  # a local session's variables are its own
+        sessions[0].run(v.initializer)
+        start = threading.Barrier(2, timeout=60)
+
+        def client(i):
+            try:
+                run = sessions[i].make_callable(updates[i])
+                for _ in range(warmup):
+                    run()
+                start.wait()
+                for _ in range(steps):
+                    t0 = time.perf_counter()
+                    run()
+                    times[i].append(time.perf_counter() - t0)
+            except BaseException as e:  # noqa: BLE001 - re-raised below
+                errors.append(e)
+                start.abort()
+        threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(2)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join(600)
+        if errors:
+            raise errors[0]
+        total = sessions[0].run(v)
+    assert total == 2 * (steps + warmup), f"{name}: {total} updates counted, expected {2 * (steps + warmup)}"
+    return times[0] + times[1]
+
+
+def null_step_main(transports: list[str], steps: int) -> None:
+    print(f"null step: assign_add of a scalar on /job:ps/task:0 from 2 workers, 2 client threads at once, "
+          f"{steps} steps each ({os.cpu_count()} CPUs)")
+    print(f"{'':10s} {'median ms':>10s} {'p99 ms':>8s} {'steps/s (both clients)':>24s}", flush=True)
+    for name in ["local", *transports]:
+        times = sorted(bench_null_step(name, steps))
+        p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
+        print(f"{name:10s} {statistics.median(times) * 1e3:10.3f} {p99 * 1e3:8.3f} "
+              f"{2 / statistics.mean(times):24.0f}", flush=True)
+
+
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--transports", default="grpc", help="comma-separated transport names (default: grpc)")
     ap.add_argument("--mib", type=int, default=64, help="tensor size in MiB (default 64)")
     ap.add_argument("--rounds", type=int, default=10)
     ap.add_argument("--serve", help=argparse.SUPPRESS)
+    ap.add_argument("--null-step", action="store_true",
+                    help="measure null-step latency instead (1 ps + 2 workers; also inproc and local)")
+    ap.add_argument("--steps", type=int, default=500, help="null-step steps per client (default 500)")
     args = ap.parse_args()
+    if args.null_step:
+        return null_step_main(["inproc", *filter(None, (t.strip() for t in args.transports.split(",")))],
+                              args.steps)
     if args.serve == "tcp":
         return _serve_tcp(args.mib)
     if args.serve:
