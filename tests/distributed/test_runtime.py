@@ -123,3 +123,31 @@ def test_unknown_task_in_device_scope_is_a_clear_error(cluster):
     with tw.Session(servers[1].target) as sess:
         with pytest.raises(errors.InvalidArgumentError, match="task:7"):
             sess.run(y)
+
+
+@pytest.mark.parametrize("tensors", ["inproc", "ucx"])
+def test_control_and_tensors_on_different_transports(tensors):
+    """{control = "grpc", tensors = X}: each task serves tensors on a second server whose
+    address it announces in GetStatus; Recv pulls go over X."""
+    from tensorweave.distributed.cluster import config_from_dict
+
+    installed = {n for n, _ in plugins.registry().transports.items()}
+    if not {"grpc", tensors} <= installed:
+        pytest.skip(f"needs the grpc and {tensors} transports")
+    addrs = _free_addresses(2, "grpc")
+    cfg = config_from_dict({"transport": {"control": "grpc", "tensors": tensors},
+                            "cluster": {"worker": addrs}})
+    servers = [Server(cfg, "worker", 0), Server(cfg, "worker", 1)]
+    try:
+        x = tw.placeholder(tw.float32, [1000], name="x")
+        with tw.device("/job:worker/task:0"):
+            a = x * 2.0
+        with tw.device("/job:worker/task:1"):
+            b = tw.reduce_sum(a)
+        with tw.Session(cfg) as sess:
+            xv = np.arange(1000, dtype=np.float32)
+            assert sess.run(b, {x: xv}) == pytest.approx(2 * xv.sum())
+        assert set(servers[0]._tensor_servers) == {tensors}
+    finally:
+        for s in servers:
+            s.stop()

@@ -48,10 +48,12 @@ class Server:
         self._channels: dict = {}
         self._channels_lock = threading.Lock()
         self.worker = Worker(self.job_name, self.task_index, channel_for=self._channel_for, config=config,
-                             max_message_bytes=self._security.max_message_bytes)
+                             max_message_bytes=self._security.max_message_bytes,
+                             drop_channel=self._drop_channel)
         self.worker.cluster = {j: {str(t): a for (jj, t), a in self._cluster.items() if jj == j}
                                for j in {j for j, _ in self._cluster}}
         self._server = None
+        self._tensor_servers: dict = {}
         self._stopped = threading.Event()
         if start:
             self.start()
@@ -73,7 +75,11 @@ class Server:
         return Security()
 
     def _channel_for(self, job: str, task: int):
-        """A channel to another task for tensors (Recv pulls from the producing task)."""
+        """A channel to another task for tensors (Recv pulls from the producing task).
+
+        When the pair's tensor transport differs from the task's control transport
+        (``{control = "grpc", tensors = "ucx"}``), the task serves tensors on a second server
+        whose address it announces in ``GetStatus``; we ask for it once."""
         with self._channels_lock:
             ch = self._channels.get((job, task))
             if ch is None:
@@ -81,9 +87,33 @@ class Server:
                 if address is None:
                     raise errors.InvalidArgumentError(f"no task /job:{job}/task:{task} in the cluster")
                 _, tensors = self._transports_for(self.job_name, job)
-                ch = self._channels[(job, task)] = get_transport(tensors).channel(
-                    address, self._security_for(self.job_name, job))
+                peer_control, _ = self._transports_for(job, job)
+                security = self._security_for(self.job_name, job)
+                if tensors != peer_control:
+                    address = self._tensor_address(job, task, address, peer_control, tensors, security)
+                ch = self._channels[(job, task)] = get_transport(tensors).channel(address, security)
             return ch
+
+    def _tensor_address(self, job, task, address, control, tensors, security) -> str:
+        from tensorweave.distributed import wire
+
+        ch = get_transport(control).channel(address, security)
+        try:
+            header, _ = wire.decode_response(ch.call("GetStatus", wire.encode_message({}), 30.0))
+        finally:
+            ch.close()
+        found = (header.get("tensor_addresses") or {}).get(tensors)
+        if not isinstance(found, str):
+            raise errors.UnavailableError(
+                f"/job:{job}/task:{task} ({address}) serves no {tensors!r} tensor channel")
+        return found
+
+    def _drop_channel(self, job: str, task: int, channel) -> None:
+        """Forget a channel whose peer was unreachable; pulls still using it finish on it
+        (it is closed when the last of them lets go of it)."""
+        with self._channels_lock:
+            if self._channels.get((job, task)) is channel:
+                del self._channels[(job, task)]
 
     @property
     def target(self) -> str:
@@ -107,9 +137,16 @@ class Server:
             except errors.OpError as e:  # a bad request: answered, never raised into the transport
                 return wire.encode_error(e)
             header["cluster"] = self.worker.cluster
+            header["tensor_addresses"] = {n: srv.address for n, srv in self._tensor_servers.items()}
             return wire.encode_response(header, tensors)
         dispatcher.handlers["GetStatus"] = get_status
         self._server = self._control.server(address, dispatcher, self._security)
+        # A second server for each other transport that carries tensors to or from this task.
+        host = self._server.address.rpartition(":")[0]
+        for j in {j for j, _ in self._cluster}:
+            for name in {self._transports_for(self.job_name, j)[1], self._transports_for(j, self.job_name)[1]}:
+                if name != self._control.name and name not in self._tensor_servers:
+                    self._tensor_servers[name] = get_transport(name).server(f"{host}:0", dispatcher, self._security)
 
     def join(self) -> None:
         """Block until ``stop()`` (``tensorweave worker`` uses this)."""
@@ -119,6 +156,9 @@ class Server:
         if self._server is not None:
             self._server.stop(grace)
             self._server = None
+        for srv in self._tensor_servers.values():
+            srv.stop(grace)
+        self._tensor_servers.clear()
         self.worker.close()
         with self._channels_lock:
             for ch in self._channels.values():
