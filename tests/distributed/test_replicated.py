@@ -337,8 +337,9 @@ def test_async_replicas_each_apply_their_own_updates_and_converge(cluster):
     _run_threads([lambda i=i: replica(i) for i in range(2)])
     for first, last, _ in losses.values():
         assert last < 0.01 * first, losses
-    # Every update of both replicas reached the shared global step on the ps.
-    assert max(s for _, _, s in losses.values()) == 2 * steps
+    # Both replicas' updates reached the shared global step on the ps (its increments are
+    # unlocked, as in TF1's optimizers, so concurrent ones may overlap: at most 2 * steps).
+    assert steps < max(s for _, _, s in losses.values()) <= 2 * steps
 
 
 def test_in_graph_replication_equals_local(cluster):
