@@ -37,21 +37,32 @@ _step_seed = random.SystemRandom()
 class WorkerClient:
     """The client stub of one task's worker service over a transport channel."""
 
-    def __init__(self, job: str, task: int, address: str, channel):
+    def __init__(self, job: str, task: int, address: str, channel, reconnect=None):
         self.job, self.task, self.address = job, task, address
         self.channel = channel
+        self._reconnect = reconnect   # () -> a new channel to the same address
+        self._old: list = []
 
     def call(self, method: str, header: dict, tensors=(), timeout=None):
         from tensorweave.distributed import wire
 
+        channel = self.channel
         try:
-            data = self.channel.call(method, wire.encode_message(header, list(tensors)), timeout)
+            data = channel.call(method, wire.encode_message(header, list(tensors)), timeout)
         except errors.OpError as e:
+            if isinstance(e, errors.UnavailableError) and self._reconnect is not None and channel is self.channel:
+                # The task is gone or restarting: later calls go through a fresh channel, not
+                # one in its transport's reconnect back-off (which can last long after the
+                # task is back). Calls still on the old one finish there; close() closes it.
+                self._old.append(channel)
+                self.channel = self._reconnect()
             raise type(e)(f"/job:{self.job}/task:{self.task} ({self.address}): {e.message}") from None
         return wire.decode_response(data)
 
     def close(self):
-        self.channel.close()
+        for ch in [*self._old, self.channel]:
+            ch.close()
+        self._old.clear()
 
 
 class _RemotePlan(_Plan):
@@ -148,7 +159,7 @@ class DistributedSession(Session):
         if not self._devices:
             raise errors.UnavailableError(f"no devices in the cluster at {target!r}")
         self._incarnations: dict = {}
-        self._health = _HealthChecker(self, _health_interval(cfg))
+        self._health = _HealthChecker(self, _health_interval(cfg), _health_timeout(cfg))
         self._health.start()
 
     sess_str = property(lambda self: self._target)
@@ -157,7 +168,9 @@ class DistributedSession(Session):
         c = self._clients.get((job, task))
         if c is None:
             addr = self._cluster[(job, task)]
-            c = self._clients[(job, task)] = WorkerClient(job, task, addr, self._transport.channel(addr, self._security))
+            c = self._clients[(job, task)] = WorkerClient(
+                job, task, addr, self._transport.channel(addr, self._security),
+                reconnect=lambda: self._transport.channel(addr, self._security))
         return c
 
     # --- plans and steps --------------------------------------------------------------------
@@ -165,7 +178,9 @@ class DistributedSession(Session):
         client = self._client(*task)
         header, _ = client.call("RegisterGraph", info["register"], timeout=timeout)
         info["handle"] = header["handle"]
-        info["incarnation"] = self._incarnations.get(task)
+        # The process that answered: a later restart of the task shows as a new incarnation.
+        started = header.get("started", self._incarnations.get(task))
+        info["incarnation"] = self._incarnations[task] = started
 
     def _execute(self, plan, feed_vals, options, run_metadata):
         timeout = None
@@ -197,12 +212,22 @@ class DistributedSession(Session):
                     try:
                         results[task] = pending.pop(task).result()[1]
                     except errors.OpError as e:
+                        if isinstance(e, errors.NotFoundError) and _UNKNOWN_GRAPH in e.message:
+                            # The task restarted since this plan was registered: every plan
+                            # registers again there on its next step. The rest of this step may
+                            # have run on other tasks, so it is not retried here.
+                            self._incarnations[task] = object()
+                            e = errors.AbortedError(
+                                f"{e.message}; the task restarted and lost its registered graphs "
+                                "(they are registered again on the next step)")
                         errs.append(e)
                         if step.error is None:
                             step.fail(e)
                             self._rpc.submit(self._abort, step, e)
-                if step.error is not None and pending and not errs:
-                    break  # a lost task: do not wait for the others to notice
+                if step.error is not None and pending and (not errs or set(pending) <= step.lost):
+                    # A lost task: do not wait for the others to notice, nor for its own
+                    # RunGraph (a hung task may never answer it).
+                    break
             if step.error is not None and not errs:
                 errs.append(step.error)
             if errs:
@@ -215,11 +240,21 @@ class DistributedSession(Session):
         return [feed_vals[i] if src == "feed" else results[src][i] for src, i in plan.fetch_sources]
 
     def _abort(self, step, error):
-        for task in step.tasks:
+        # Every task at once: a hung task must not delay the abort on the others.
+        def abort_one(task):
             try:
                 self._client(*task).call("AbortStep", {"step_id": step.step_id, "message": str(error)}, timeout=5.0)
             except errors.OpError:
                 pass  # that task is gone: nothing is waiting there
+            except RuntimeError:
+                pass  # the session closed meanwhile (its pool is shut down)
+        for task in step.tasks[1:]:
+            try:
+                self._rpc.submit(abort_one, task)
+            except RuntimeError:
+                abort_one(task)
+        if step.tasks:
+            abort_one(step.tasks[0])
 
     def _cleanup(self, step):
         for task in step.tasks:
@@ -233,6 +268,7 @@ class DistributedSession(Session):
         for step in list(self._active_steps):
             if task in step.tasks:
                 err = errors.UnavailableError(f"/job:{task[0]}/task:{task[1]} failed its health check: {error}")
+                step.lost.add(task)
                 step.fail(err)
                 self._rpc.submit(self._abort, step, err)
 
@@ -268,6 +304,7 @@ class _Step:
     def __init__(self, step_id, tasks):
         self.step_id, self.tasks = step_id, tasks
         self.error = None
+        self.lost: set = set()   # tasks the health checker gave up on during this step
         self.cancelled = False
         self.rendezvous = None
 
@@ -283,8 +320,9 @@ class _HealthChecker:
     """Asks every task for ``Health`` every ``interval`` seconds; a task that does not
     answer within the interval fails the steps that use it (detected within two intervals)."""
 
-    def __init__(self, session: DistributedSession, interval: float):
+    def __init__(self, session: DistributedSession, interval: float, timeout: float | None = None):
         self.session, self.interval = session, interval
+        self.timeout = timeout or interval
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="tw-health", daemon=True)
 
@@ -296,15 +334,28 @@ class _HealthChecker:
         self._stop.set()
 
     def _run(self):
-        while not self._stop.wait(self.interval):
-            for task in list(self.session._cluster):
-                if self._stop.is_set():
-                    return
-                try:
-                    header, _ = self.session._client(*task).call("Health", {}, timeout=self.interval)
-                    self.session.task_seen(task, header.get("started"))
-                except errors.OpError as e:
-                    self.session.task_lost(task, e)
+        # Every task is asked at once, so one hung task does not delay the verdict on the others:
+        # a task that stops answering just after a check fails the next one, at most
+        # interval + timeout (two intervals by default) later.
+        pool = ThreadPoolExecutor(min(16, max(1, len(self.session._cluster))), thread_name_prefix="tw-health")
+        try:
+            while not self._stop.wait(self.interval):
+                futures = {pool.submit(self._check, task): task for task in list(self.session._cluster)}
+                _, late = wait_futures(list(futures), timeout=self.timeout + 1.0)
+                for f in late:  # a transport that did not honour the timeout
+                    if not self._stop.is_set():
+                        self.session.task_lost(futures[f], errors.DeadlineExceededError(
+                            f"no Health answer within {self.timeout:.3g}s"))
+        finally:
+            pool.shutdown(wait=False)
+
+    def _check(self, task):
+        try:
+            header, _ = self.session._client(*task).call("Health", {}, timeout=self.timeout)
+            self.session.task_seen(task, header.get("started"))
+        except errors.OpError as e:
+            if not self._stop.is_set():
+                self.session.task_lost(task, e)
 
 
 _session_counter = itertools.count(1)
@@ -368,6 +419,14 @@ def _security_from_config(cfg):
     except TypeError:
         jobs = list(_cluster_dict(cfg))
         return fn(jobs[0], jobs[0])
+
+
+_UNKNOWN_GRAPH = "RunGraph: no graph "  # the worker's NotFoundError for a handle it does not know
+
+
+def _health_timeout(cfg) -> float | None:
+    v = getattr(cfg, "health_check_timeout", None)
+    return float(v) if v is not None else None
 
 
 def _health_interval(cfg) -> float:

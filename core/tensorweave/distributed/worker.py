@@ -18,6 +18,7 @@ step is left waiting for a value that will not come.
 
 from __future__ import annotations
 
+import collections
 import itertools
 import threading
 import time
@@ -31,6 +32,7 @@ from tensorweave.framework.device_spec import DeviceSpec
 # How long a RecvTensor waits for its value before giving up (a step's own timeout or an
 # abort normally ends the wait much earlier).
 RECV_TIMEOUT = 600.0
+_ENDED_STEPS_KEPT = 4096
 
 
 def task_prefix(job: str, task: int) -> str:
@@ -86,6 +88,7 @@ class WorkerRendezvous:
         self._lock = threading.Lock()
         self._values: dict = {}
         self._waiters: dict = {}   # key -> callbacks(value, error)
+        self._pulls: set = set()   # RecvTensor pulls from other tasks still in flight
         self.error: BaseException | None = None
         self.last_used = time.monotonic()
 
@@ -143,15 +146,48 @@ class WorkerRendezvous:
             raise box["e"]
         return box["v"]
 
+    def track_pull(self, callback) -> bool:
+        """Remember an in-flight pull so ``abort`` can end its wait (False: already aborted)."""
+        with self._lock:
+            if self.error is not None:
+                return False
+            self._pulls.add(callback)
+            return True
+
+    def untrack_pull(self, callback) -> None:
+        with self._lock:
+            self._pulls.discard(callback)
+
     def abort(self, error: BaseException) -> None:
         with self._lock:
             if self.error is None:
                 self.error = error
             waiters = [cb for lst in self._waiters.values() for cb in lst]
+            # A pull from a hung or lost task may not return for a long time: its Recv
+            # fails now, so the step ends here (its late answer is ignored).
+            waiters += list(self._pulls)
+            self._pulls.clear()
             self._waiters.clear()
             self._values.clear()
         for cb in waiters:
             cb(None, _aborted(self.error))
+
+
+class _Once:
+    """A callback that runs only the first time it is called (a pull that an abort ended
+    may still answer later)."""
+
+    __slots__ = ("_fn", "_lock", "_done")
+
+    def __init__(self, fn):
+        self._fn, self._lock, self._done = fn, threading.Lock(), False
+
+    def __call__(self, value, error):
+        with self._lock:
+            if self._done:
+                return
+            self._done = True
+        self._fn(value, error)
 
 
 def _aborted(cause: BaseException) -> errors.OpError:
@@ -175,7 +211,8 @@ class Worker:
     """The worker service of one task. ``peers``: job -> [address]; ``channel_for(job, task)``
     returns a transport channel to another task (used to pull tensors)."""
 
-    def __init__(self, job: str, task: int, channel_for=None, config=None, devices=None):
+    def __init__(self, job: str, task: int, channel_for=None, config=None, devices=None,
+                 max_message_bytes: int | None = None, drop_channel=None):
         from tensorweave.runtime.config import ConfigProto
         from tensorweave.runtime.containers import SessionResources
         from tensorweave.runtime.device import create_local_devices
@@ -187,13 +224,20 @@ class Worker:
         self.resources = SessionResources(f"worker {self.prefix}")
         self.kernel_cache: dict = {}
         self.channel_for = channel_for
+        self.drop_channel = drop_channel  # (job, task, channel): forget a channel that failed
         self._graphs: dict[str, _Registered] = {}
         self._graph_ids = itertools.count(1)
         self._steps: dict[int, WorkerRendezvous] = {}
+        # Steps cleaned up here, most recent last: a RunGraph or RecvTensor of one that arrives
+        # late (requests of one step may overtake each other) fails at once instead of waiting.
+        self._ended: collections.OrderedDict = collections.OrderedDict()
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(64, thread_name_prefix=f"tw-worker-{job}{task}")
         self._pull_pool = ThreadPoolExecutor(64, thread_name_prefix=f"tw-pull-{job}{task}")
         self.started = time.time()
+        self.running_steps = 0   # RunGraph calls in progress (Health reports it)
+        # Requests larger than this are refused here too, whatever the transport enforces.
+        self.max_message_bytes = max_message_bytes or (1 << 31)
 
     # --- helpers ----------------------------------------------------------------------------
     def is_local(self, device_name: str) -> bool:
@@ -210,6 +254,8 @@ class Worker:
             rv = self._steps.get(step_id)
             if rv is None:
                 rv = self._steps[step_id] = WorkerRendezvous(self, step_id)
+                if step_id in self._ended:
+                    rv.error = errors.AbortedError(f"step {step_id} already ended on {self.prefix}")
             rv.last_used = time.monotonic()
             return rv
 
@@ -218,20 +264,36 @@ class Worker:
         from tensorweave.distributed import wire
 
         job, task = task_of_device(src_device)
+        callback = _Once(callback)
+        if not rv.track_pull(callback):
+            callback(None, _aborted(rv.error))
+            return
 
         def fetch():
             try:
                 if self.channel_for is None:
                     raise errors.UnavailableError(f"worker {self.prefix} has no channel to /job:{job}/task:{task}")
-                channel = self.channel_for(job, task)
                 payload = wire.encode_message({"step_id": rv.step_id, "key": key})
-                value = channel.fetch("RecvTensor", payload, RECV_TIMEOUT)
+                channel = self.channel_for(job, task)
+                try:
+                    value = channel.fetch("RecvTensor", payload, RECV_TIMEOUT)
+                except errors.UnavailableError:
+                    if self.drop_channel is None or rv.error is not None:
+                        raise
+                    # A channel that once failed to reach a restarting peer may still be in
+                    # its transport's reconnect back-off: try once more on a fresh one (a
+                    # peer that is really gone refuses that at once too).
+                    self.drop_channel(job, task, channel)
+                    value = self.channel_for(job, task).fetch("RecvTensor", payload, RECV_TIMEOUT)
             except errors.OpError as e:
+                rv.untrack_pull(callback)
                 callback(None, e)
                 return
             except Exception as e:  # noqa: BLE001 - a transport's own failure
+                rv.untrack_pull(callback)
                 callback(None, errors.UnavailableError(f"RecvTensor {key} from /job:{job}/task:{task}: {e}"))
                 return
+            rv.untrack_pull(callback)
             callback(value, None)
         self._pull_pool.submit(fetch)
 
@@ -262,7 +324,7 @@ class Worker:
     def get_status(self, payload: bytes) -> bytes:
         from tensorweave.distributed import wire
 
-        wire.decode_message(payload)
+        wire.decode_message(payload, self.max_message_bytes)
         return wire.encode_response({"job": self.job, "task": self.task, "devices": [
             {"name": d.name, "device_type": d.device_type, "memory_limit": d.memory_limit,
              "description": getattr(d, "description", "")} for d in self.devices]})
@@ -270,12 +332,16 @@ class Worker:
     def health(self, payload: bytes) -> bytes:
         from tensorweave.distributed import wire
 
-        return wire.encode_response({"job": self.job, "task": self.task, "started": self.started})
+        wire.decode_message(payload, self.max_message_bytes)
+        with self._lock:
+            running = self.running_steps
+        return wire.encode_response({"job": self.job, "task": self.task, "started": self.started,
+                                     "running_steps": running})
 
     def reset_containers(self, payload: bytes) -> bytes:
         from tensorweave.distributed import wire
 
-        header, _ = wire.decode_message(payload)
+        header, _ = wire.decode_message(payload, self.max_message_bytes)
         containers = header.get("containers")
         if containers is not None and not (isinstance(containers, list) and all(isinstance(c, str) for c in containers)):
             raise errors.InvalidArgumentError("ResetContainers: 'containers' must be a list of strings")
@@ -287,7 +353,7 @@ class Worker:
         from tensorweave import plugins
         from tensorweave.distributed import wire
 
-        header, _ = wire.decode_message(payload)
+        header, _ = wire.decode_message(payload, self.max_message_bytes)
         parts = header.get("partitions")
         if not isinstance(parts, list) or not parts:
             raise errors.InvalidArgumentError("RegisterGraph: 'partitions' must be a non-empty list")
@@ -318,7 +384,7 @@ class Worker:
         handle = f"{self.prefix}/graph-{next(self._graph_ids)}"
         self._graphs[handle] = _Registered(compiled, feed_names, fetch_names, feed_index,
                                            [produced[f] for f in fetch_names])
-        return wire.encode_response({"handle": handle})
+        return wire.encode_response({"handle": handle, "started": self.started})
 
     def _compile(self, device, gd, feed_names, feed_types, fetch_names, loops, reg):
         """Rebuild one partition from its GraphDef: its ``_Recv`` nodes become placeholders
@@ -407,26 +473,39 @@ class Worker:
     def deregister_graph(self, payload: bytes) -> bytes:
         from tensorweave.distributed import wire
 
-        header, _ = wire.decode_message(payload)
-        self._graphs.pop(header.get("handle"), None)
+        header, _ = wire.decode_message(payload, self.max_message_bytes)
+        handle = header.get("handle")
+        if not isinstance(handle, str):
+            raise errors.InvalidArgumentError("DeregisterGraph: 'handle' must be a string")
+        self._graphs.pop(handle, None)
         return wire.encode_response({})
 
     def run_graph(self, payload: bytes) -> bytes:
         from tensorweave.distributed import wire
-        from tensorweave.runtime.executor import StepContext
 
-        header, tensors = wire.decode_message(payload, copy=True)  # kernels may keep or update them
-        handle, step_id = header.get("handle"), header.get("step_id")
-        g = self._graphs.get(handle)
+        header, tensors = wire.decode_message(payload, self.max_message_bytes, copy=True)  # kernels may keep or update them
+        handle = header.get("handle")
+        g = self._graphs.get(handle) if isinstance(handle, str) else None
         if g is None:
             raise errors.NotFoundError(f"RunGraph: no graph {handle!r} is registered on {self.prefix}")
-        if not isinstance(step_id, int):
-            raise errors.InvalidArgumentError("RunGraph: 'step_id' must be an integer")
+        step_id = _step_id(header, "RunGraph")
         if len(tensors) != len(g.feed_names):
             raise errors.InvalidArgumentError(
                 f"RunGraph: {len(tensors)} feed values for {len(g.feed_names)} feeds {g.feed_names}")
         timeout = header.get("timeout")
         timeout = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
+        with self._lock:
+            self.running_steps += 1
+        try:
+            return self._run_graph(g, step_id, tensors, timeout)
+        finally:
+            with self._lock:
+                self.running_steps -= 1
+
+    def _run_graph(self, g, step_id, tensors, timeout) -> bytes:
+        from tensorweave.distributed import wire
+        from tensorweave.runtime.executor import StepContext
+
         rv = self.rendezvous(step_id)
         step = StepContext(step_id, rv, None, None, None)
         states, results, err = [], [None] * len(g.partitions), None
@@ -451,21 +530,22 @@ class Worker:
     def abort_step(self, payload: bytes) -> bytes:
         from tensorweave.distributed import wire
 
-        header, _ = wire.decode_message(payload)
-        step_id = header.get("step_id")
+        header, _ = wire.decode_message(payload, self.max_message_bytes)
+        step_id = _step_id(header, "AbortStep")
         message = str(header.get("message", "aborted by the master"))
-        with self._lock:
-            rv = self._steps.get(step_id)
-        if rv is not None:
-            rv.abort(errors.AbortedError(message))
+        # An abort may overtake the step's own RunGraph: the step is then born aborted here.
+        self.rendezvous(step_id).abort(errors.AbortedError(message))
         return wire.encode_response({})
 
     def cleanup_step(self, payload: bytes) -> bytes:
         from tensorweave.distributed import wire
 
-        header, _ = wire.decode_message(payload)
+        step_id = _step_id(wire.decode_message(payload, self.max_message_bytes)[0], "CleanupStep")
         with self._lock:
-            self._steps.pop(header.get("step_id"), None)
+            self._steps.pop(step_id, None)
+            self._ended[step_id] = None
+            while len(self._ended) > _ENDED_STEPS_KEPT:
+                self._ended.popitem(last=False)
             # Forget steps nobody touched for a long time (a master that died mid-step).
             now = time.monotonic()
             for sid in [s for s, rv in self._steps.items() if now - rv.last_used > 2 * RECV_TIMEOUT]:
@@ -478,7 +558,7 @@ class Worker:
         from tensorweave.runtime.frames import DEAD
 
         try:
-            header, _ = wire.decode_message(payload)
+            header, _ = wire.decode_message(payload, self.max_message_bytes)
             step_id, key = header.get("step_id"), header.get("key")
             if not isinstance(step_id, int) or not isinstance(key, str) or key.count(";") != 3:
                 raise errors.InvalidArgumentError("RecvTensor: expected an integer 'step_id' and a rendezvous 'key'")
@@ -522,6 +602,13 @@ def _transfer_attrs(n: dict, decode_attr) -> dict:
     if a.get("iterations", "all") not in ("all", "first", "later"):
         raise errors.InvalidArgumentError(f"RegisterGraph: transfer node {name!r}: bad 'iterations'")
     return a
+
+
+def _step_id(header: dict, method: str) -> int:
+    step_id = header.get("step_id")
+    if isinstance(step_id, bool) or not isinstance(step_id, int):
+        raise errors.InvalidArgumentError(f"{method}: 'step_id' must be an integer, got {step_id!r:.60}")
+    return step_id
 
 
 def _str_list(v, what):

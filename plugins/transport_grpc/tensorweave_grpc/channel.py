@@ -27,6 +27,10 @@ class GrpcChannel:
         options = [
             ("grpc.max_send_message_length", self._limit),
             ("grpc.max_receive_message_length", self._limit),
+            # Connections of its own, not grpc's process-wide pool: a new channel to a task
+            # that restarted connects now, instead of sharing an old subchannel's reconnect
+            # back-off (the runtime replaces a channel that found its peer gone).
+            ("grpc.use_local_subchannel_pool", 1),
         ]
         if security.tls:
             root = security.tls_root if security.tls_root is not None else security.tls_cert
