@@ -53,13 +53,23 @@ def _free_addresses(n, transport):
 @pytest.fixture
 def cluster(transport):
     """Two ps tasks and two worker tasks, all in this process: (spec, {(job, task): Server})."""
-    addrs = _free_addresses(4, transport)
-    spec = {"ps": addrs[:2], "worker": addrs[2:]}
-    servers = {}
+    for attempt in range(3):
+        # A port picked free may be taken before its server binds it (other processes, or
+        # UCX's own listeners): start again on fresh ports.
+        addrs = _free_addresses(4, transport)
+        spec = {"ps": addrs[:2], "worker": addrs[2:]}
+        servers = {}
+        try:
+            for job, n in (("ps", 2), ("worker", 2)):
+                for i in range(n):
+                    servers[(job, i)] = Server(spec, job, i, transport=transport)
+            break
+        except errors.UnavailableError:
+            for s in servers.values():
+                s.stop()
+            if attempt == 2:
+                raise
     try:
-        for job, n in (("ps", 2), ("worker", 2)):
-            for i in range(n):
-                servers[(job, i)] = Server(spec, job, i, transport=transport)
         yield spec, servers
     finally:
         for s in servers.values():
