@@ -6,11 +6,22 @@ Creation order (as TF1): hooks' ``begin()``; ``Scaffold.finalize()`` fills in th
 the ready check and the Saver, then the graph is finalized; a Session is created and
 ``restore_or_initialize`` — the one place that decides where variable values come from —
 restores the latest checkpoint of ``checkpoint_dir`` or runs the init op; queue runners
-start; hooks' ``after_create_session``. The distributed runtime will re-create sessions
-through the same ``ChiefSessionCreator`` after a worker fails.
+start; hooks' ``after_create_session``.
+
+Recovery (distributed, whitepaper 3.3): when a step on a cluster (``master="grpc://host:port"``
+or a cluster config) fails with ``UnavailableError`` or ``AbortedError`` — a task died or
+stopped answering its health checks — the session is closed, the cluster is polled until
+every task answers ``Health`` again (progress on stderr; ``max_wait_secs`` at most), and a
+new session is made through the same ``ChiefSessionCreator``: graphs are registered again on
+the restarted tasks and ``restore_or_initialize`` restores the latest checkpoint (a restarted
+ps lost its variables). Hooks see ``after_create_session`` again and the failed ``run`` is
+retried. Local sessions never recover: their errors propagate as before.
 """
 
 from __future__ import annotations
+
+import sys
+import time
 
 from tensorweave.framework import errors
 from tensorweave.framework.graph import GraphKeys, get_default_graph
@@ -148,32 +159,96 @@ class MonitoredSession:
     error other than OutOfRangeError/StopIteration is propagating; those two are swallowed,
     as end-of-input)."""
 
-    def __init__(self, session_creator=None, hooks=None, stop_grace_period_secs=120):
-        from tensorweave.train.coordinator import Coordinator
-        from tensorweave.train.queue_runner import start_queue_runners
-
+    def __init__(self, session_creator=None, hooks=None, stop_grace_period_secs=120, max_wait_secs=7200):
         self._hooks = list(hooks or [])
         self._grace = stop_grace_period_secs
+        self._max_wait = max_wait_secs
+        self.recoveries = 0   # sessions re-created after a lost task (distributed only)
         for h in self._hooks:
             h.begin()
         self._creator = session_creator or ChiefSessionCreator()
         self._sess = self._creator.create_session()
-        self._coord = Coordinator(clean_stop_exception_types=(errors.OutOfRangeError,))
         self._closed = False
         self._stop_requested = False
+        self._start_session()
+
+    def _start_session(self, close_on_error=True):
+        """Queue runners and hooks' ``after_create_session`` for a newly created session."""
+        from tensorweave.train.coordinator import Coordinator
+        from tensorweave.train.queue_runner import start_queue_runners
+
+        self._coord = Coordinator(clean_stop_exception_types=(errors.OutOfRangeError,))
+        self._threads = []
         try:
             self._threads = start_queue_runners(sess=self._sess, coord=self._coord)
             for h in self._hooks:
                 h.after_create_session(self._sess, self._coord)
         except BaseException:
-            self._close_internal(error=True)
+            if close_on_error:
+                self._close_internal(error=True)
             raise
+
+    def _recoverable(self, e) -> bool:
+        from tensorweave.distributed.master import DistributedSession
+
+        return isinstance(e, errors.UnavailableError | errors.AbortedError) and isinstance(
+            self._sess, DistributedSession) and not self._closed
+
+    def _recover(self, cause):
+        """Close the failed session, wait for the cluster, create and restore a new one."""
+        old = self._sess
+        _log(f"MonitoredSession: a step failed ({type(cause).__name__}: {cause.message}); "
+             "re-creating the session once every task answers")
+        tasks = dict(old._cluster)
+        transport, security = old._transport, old._security
+        self._discard_session()
+        deadline = time.monotonic() + self._max_wait
+        while True:
+            _wait_for_tasks(tasks, transport, security, deadline)
+            try:
+                self._sess = self._creator.create_session()
+                self._start_session(close_on_error=False)
+                break
+            except (errors.UnavailableError, errors.AbortedError, errors.DeadlineExceededError) as e:
+                self._discard_session()
+                if time.monotonic() > deadline:
+                    raise
+                _log(f"MonitoredSession: creating the session failed ({type(e).__name__}: {e.message}); retrying")
+        self.recoveries += 1
+        restored = getattr(self._creator, "restored_from", None)
+        _log(f"MonitoredSession: session re-created; variables "
+             f"{'restored from ' + restored if restored else 'initialized (no checkpoint)'}")
+
+    def _discard_session(self):
+        """Stop the queue runners of a failed session and close it, ignoring its errors."""
+        self._coord.request_stop()
+        try:
+            if self._threads:
+                self._coord.join(self._threads, stop_grace_period_secs=self._grace)
+        except Exception:  # noqa: BLE001 - the queue runners ran on the failed session
+            pass
+        self._threads = []
+        try:
+            self._sess.close()
+        except Exception:  # noqa: BLE001 - closing a session whose tasks are gone
+            pass
 
     graph = property(lambda self: self._sess.graph)
     restored_from = property(lambda self: getattr(self._creator, "restored_from", None))
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
-        """Run ``fetches`` plus whatever the hooks ask for; returns the caller's values."""
+        """Run ``fetches`` plus whatever the hooks ask for; returns the caller's values.
+        On a cluster, a step that fails because a task was lost is retried on a new session
+        restored from the latest checkpoint (see the module docstring)."""
+        while True:
+            try:
+                return self._run_once(fetches, feed_dict, options, run_metadata)
+            except (errors.UnavailableError, errors.AbortedError) as e:
+                if not self._recoverable(e):
+                    raise
+                self._recover(e)
+
+    def _run_once(self, fetches, feed_dict, options, run_metadata):
         if self._closed:
             raise errors.FailedPreconditionError("run() on a closed MonitoredSession")
         ctx = SessionRunContext(SessionRunArgs(fetches, feed_dict, options), self._sess)
@@ -233,6 +308,39 @@ class MonitoredSession:
         return exc_type is None
 
 
+def _log(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def _wait_for_tasks(tasks: dict, transport, security, deadline: float, poll: float = 0.1) -> None:
+    """Poll ``Health`` on every task ({(job, task): address}) through fresh channels until all
+    answer; DeadlineExceededError naming the silent ones after ``deadline`` (monotonic)."""
+    from tensorweave.distributed import wire
+
+    waiting = dict(tasks)
+    last_report = time.monotonic()
+    while True:
+        for key, address in list(waiting.items()):
+            ch = transport.channel(address, security)
+            try:
+                wire.decode_response(ch.call("Health", wire.encode_message({}), 2.0))
+                del waiting[key]
+            except errors.OpError:
+                pass
+            finally:
+                ch.close()
+        if not waiting:
+            return
+        now = time.monotonic()
+        names = ", ".join(f"/job:{j}/task:{t} ({a})" for (j, t), a in sorted(waiting.items()))
+        if now > deadline:
+            raise errors.DeadlineExceededError(f"MonitoredSession: the cluster did not come back: no answer from {names}")
+        if now - last_report >= 5.0:
+            _log(f"MonitoredSession: still waiting for {names}")
+            last_report = now
+        time.sleep(poll)
+
+
 def MonitoredTrainingSession(master="", is_chief=True, checkpoint_dir=None, scaffold=None,  # noqa: N802 - TF1 name
                              hooks=None, chief_only_hooks=None, save_checkpoint_secs=_USE_DEFAULT,
                              save_summaries_steps=_USE_DEFAULT, save_summaries_secs=_USE_DEFAULT, config=None,
@@ -241,7 +349,9 @@ def MonitoredTrainingSession(master="", is_chief=True, checkpoint_dir=None, scaf
     """A MonitoredSession for training in this process: restores the latest checkpoint of
     ``checkpoint_dir`` (or initializes), saves every ``save_checkpoint_steps`` steps or
     ``save_checkpoint_secs`` seconds (default 600 s when neither is given) and at the end.
-    Summaries and step logging are not implemented (their arguments are accepted)."""
+    With a cluster as ``master`` it recovers from lost tasks (waiting ``max_wait_secs`` at
+    most for them; see the module docstring). Summaries and step logging are not implemented
+    (their arguments are accepted)."""
     if not is_chief:
         raise errors.UnimplementedError(
             "MonitoredTrainingSession(is_chief=False): non-chief workers need the distributed runtime")
@@ -258,4 +368,4 @@ def MonitoredTrainingSession(master="", is_chief=True, checkpoint_dir=None, scaf
             checkpoint_dir, save_secs=save_checkpoint_secs if (save_checkpoint_secs or 0) > 0 else None,
             save_steps=save_checkpoint_steps if (save_checkpoint_steps or 0) > 0 else None, scaffold=scaffold))
     creator = ChiefSessionCreator(scaffold, master, config, checkpoint_dir)
-    return MonitoredSession(creator, all_hooks, stop_grace_period_secs)
+    return MonitoredSession(creator, all_hooks, stop_grace_period_secs, max_wait_secs=max_wait_secs)
