@@ -151,3 +151,19 @@ def test_control_and_tensors_on_different_transports(tensors):
     finally:
         for s in servers:
             s.stop()
+
+
+def test_queue_ops_run_where_their_queue_lives(cluster):
+    """Ops that use a queue's handle are colocated with the queue (its state is in one process)."""
+    spec, servers = cluster
+    with tw.device("/job:ps/task:0"):
+        q = tw.FIFOQueue(10, [tw.float32], shapes=[[]], shared_name="shared_q")
+    with tw.device("/job:worker/task:0"):
+        enq = q.enqueue([tw.constant(3.0) * 2.0])
+    with tw.device("/job:worker/task:1"):
+        deq = q.dequeue() + 1.0
+    with tw.Session(servers[1].target) as sess:
+        placement = sess.placement(enq)
+        assert placement[enq.name].startswith("/job:ps/")
+        sess.run(enq)
+        assert sess.run(deq, options=tw.RunOptions(timeout_in_ms=20000)) == 7.0

@@ -28,6 +28,19 @@ _QUEUE_ATTRS = ["component_types: list(type) >= 1", "shapes: list(shape) >= 0 = 
                 "container: string = ''", "shared_name: string = ''"]
 
 
+def _on_queue(method):
+    """Build the op on the queue's device (TF1's ``colocate_with(queue_ref)``): the queue's
+    elements live in one process, so every op that uses it must run there, whatever device
+    scope the caller is in."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._queue_ref.graph.colocate_with(self._queue_ref.op):
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
 def _queue_op_of(handle: Tensor):
     """The queue op a handle tensor comes from (through Identity), or None."""
     op = handle.op
@@ -224,6 +237,7 @@ class QueueBase:
             return dict(zip(self._names, tensors))
         return tensors[0] if len(tensors) == 1 else tensors
 
+    @_on_queue
     def enqueue(self, vals, name=None):
         """An op that adds one element (waits while the queue is full)."""
         g = get_default_graph()
@@ -231,6 +245,7 @@ class QueueBase:
             comps = self._flatten(vals, "enqueue")
             return apply_op("QueueEnqueueV2", [self._queue_ref, comps], _exact_name=scope.rstrip("/"))
 
+    @_on_queue
     def enqueue_many(self, vals, name=None):
         """An op that adds every element of a batch (dimension 0 of each component)."""
         g = get_default_graph()
@@ -238,32 +253,38 @@ class QueueBase:
             comps = self._flatten(vals, "enqueue_many")
             return apply_op("QueueEnqueueManyV2", [self._queue_ref, comps], _exact_name=scope.rstrip("/"))
 
+    @_on_queue
     def dequeue(self, name=None):
         """One element; OutOfRangeError once the queue is closed and empty."""
         outs = apply_op("QueueDequeueV2", [self._queue_ref], {"component_types": self._dtypes},
                         name=name or f"{self._name}_Dequeue")
         return self._pack(outs)
 
+    @_on_queue
     def dequeue_many(self, n, name=None):
         """``n`` elements stacked along a new dimension 0 (needs fully defined shapes)."""
         outs = apply_op("QueueDequeueManyV2", [self._queue_ref, convert_to_tensor(n, dtype=dtypes_mod.int32)],
                         {"component_types": self._dtypes}, name=name or f"{self._name}_DequeueMany")
         return self._pack(outs)
 
+    @_on_queue
     def dequeue_up_to(self, n, name=None):
         """Like ``dequeue_many``; once closed, returns fewer elements if that is all there is."""
         outs = apply_op("QueueDequeueUpToV2", [self._queue_ref, convert_to_tensor(n, dtype=dtypes_mod.int32)],
                         {"component_types": self._dtypes}, name=name or f"{self._name}_DequeueUpTo")
         return self._pack(outs)
 
+    @_on_queue
     def close(self, cancel_pending_enqueues=False, name=None):
         """An op that closes the queue (see ``runtime/queues.py`` for what waits fail)."""
         return apply_op("QueueCloseV2", [self._queue_ref], {"cancel_pending_enqueues": bool(cancel_pending_enqueues)},
                         name=name or f"{self._name}_Close")
 
+    @_on_queue
     def is_closed(self, name=None):
         return apply_op("QueueIsClosedV2", [self._queue_ref], name=name or f"{self._name}_IsClosed")
 
+    @_on_queue
     def size(self, name=None):
         """The number of elements, an int32 scalar."""
         return apply_op("QueueSizeV2", [self._queue_ref], name=name or f"{self._name}_Size")

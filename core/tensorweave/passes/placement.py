@@ -54,16 +54,26 @@ def colocation_classes(op) -> list[str]:
     return [c for c in (op._attrs.get("_class") or ()) if isinstance(c, str) and c.startswith("loc:@")]
 
 
+def _is_resource_handle(t) -> bool:
+    """A handle to state kept by a process (a queue, reader, stack or accumulator: the
+    string output ``handle``/``reader_handle`` of a stateful op). Ops using it must run where
+    the state lives, like ops taking a variable by reference."""
+    op_def = t.op.op_def
+    if not op_def.stateful or not op_def.outputs or t.value_index >= len(op_def.outputs):
+        return False
+    return op_def.outputs[t.value_index].name.endswith("handle")
+
+
 def colocation_groups(nodes) -> _UnionFind:
     """Nodes that must share a device: a variable and every op that takes it by reference,
-    and ops colocated with ``tw.colocate_with`` (with the named node, when it is among
+    a queue/reader/stack/accumulator and every op that uses its handle, and ops colocated with ``tw.colocate_with`` (with the named node, when it is among
     ``nodes``, and with each other in any case)."""
     uf = _UnionFind()
     by_name = {op.name: op for op in nodes}
     for op in nodes:
         uf.find(op)
         for t, ref in zip(op.inputs, flat_input_is_ref(op)):
-            if ref:
+            if ref or _is_resource_handle(t):
                 uf.union(t.op, op)
         for c in colocation_classes(op):
             target = by_name.get(c[len("loc:@"):])
