@@ -193,6 +193,17 @@ def _queue_ref(queue):
     return ref
 
 
+def _on_reader(method):
+    """Build the op on the reader's device: its position in the files lives in one process."""
+    import functools
+
+    @functools.wraps(method)
+    def wrapper(self, *args, **kwargs):
+        with self._reader_ref.graph.colocate_with(self._reader_ref.op):
+            return method(self, *args, **kwargs)
+    return wrapper
+
+
 class ReaderBase:
     """A reader: ``read(queue)`` gives the next ``(key, value)``, taking filenames from
     ``queue`` (a queue object or its string handle tensor) as files run out."""
@@ -209,10 +220,12 @@ class ReaderBase:
     def supports_serialize(self):
         return self._supports_serialize
 
+    @_on_reader
     def read(self, queue, name=None):
         """The next record: ``(key, value)`` scalar strings."""
         return apply_op("ReaderReadV2", [self._reader_ref, _queue_ref(queue)], name=name)
 
+    @_on_reader
     def read_up_to(self, queue, num_records, name=None):
         """Up to ``num_records`` records as two vectors ``(keys, values)``: fewer only when
         the queue is closed and runs out (an OutOfRangeError when there are none)."""
@@ -220,12 +233,15 @@ class ReaderBase:
             if not isinstance(num_records, Tensor) else num_records
         return apply_op("ReaderReadUpToV2", [self._reader_ref, _queue_ref(queue), n], name=name)
 
+    @_on_reader
     def num_records_produced(self, name=None):
         return apply_op("ReaderNumRecordsProducedV2", [self._reader_ref], name=name)
 
+    @_on_reader
     def num_work_units_completed(self, name=None):
         return apply_op("ReaderNumWorkUnitsCompletedV2", [self._reader_ref], name=name)
 
+    @_on_reader
     def reset(self, name=None):
         return apply_op("ReaderResetV2", [self._reader_ref], name=name)
 
