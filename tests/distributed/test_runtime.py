@@ -39,10 +39,20 @@ def _free_addresses(n, transport):
 @pytest.fixture
 def cluster(transport):
     """One ps and two worker tasks, all in this process."""
-    addrs = _free_addresses(3, transport)
-    spec = {"ps": [addrs[0]], "worker": addrs[1:]}
-    servers = [Server(spec, "ps", 0, transport=transport), Server(spec, "worker", 0, transport=transport),
-               Server(spec, "worker", 1, transport=transport)]
+    servers = []
+    for attempt in range(3):  # a port picked free may be taken before the server binds it
+        addrs = _free_addresses(3, transport)
+        spec = {"ps": [addrs[0]], "worker": addrs[1:]}
+        try:
+            for job, task in (("ps", 0), ("worker", 0), ("worker", 1)):
+                servers.append(Server(spec, job, task, transport=transport))
+            break
+        except errors.UnavailableError:
+            for srv in servers:
+                srv.stop()
+            servers = []
+            if attempt == 2:
+                raise
     try:
         yield spec, servers
     finally:
