@@ -177,3 +177,27 @@ def test_queue_ops_run_where_their_queue_lives(cluster):
         assert placement[enq.name].startswith("/job:ps/")
         sess.run(enq)
         assert sess.run(deq, options=tw.RunOptions(timeout_in_ms=20000)) == 7.0
+
+
+def test_remote_master_service_runs_steps_for_a_thin_client(cluster):
+    """Every server also runs the master service: the client ships its graph once and sends
+    one RunStep per step (ConfigProto(use_remote_master=True))."""
+    spec, servers = cluster
+    with tw.device("/job:ps/task:0"):
+        v = tw.Variable(np.zeros(2, np.float32), name="v_remote")
+    x = tw.placeholder(tw.float32, [2], name="x")
+    with tw.device("/job:worker/task:1"):
+        inc = x * 3.0
+    upd = tw.assign_add(v, inc)
+    cfg = tw.ConfigProto(use_remote_master=True)
+    with tw.Session(servers[0].target, config=cfg) as sess:
+        assert type(sess).__name__ == "RemoteMasterSession"
+        sess.run(v.initializer)
+        out = sess.run({"new": upd, "x3": inc}, {x: [1.0, 2.0]})
+        np.testing.assert_allclose(out["new"], [3, 6])
+        np.testing.assert_allclose(out["x3"], [3, 6])
+        doubled = v * 2.0  # the graph grew: the session sends it again (ExtendSession)
+        np.testing.assert_allclose(sess.run(doubled), [6, 12])
+        with pytest.raises(errors.InvalidArgumentError):
+            sess.run(tw.check_numerics(tw.log(x), "neg"), {x: [-1.0, 1.0]})
+        np.testing.assert_allclose(sess.run(v), [3, 6])  # still serving

@@ -128,7 +128,7 @@ class DistributedSession(Session):
         self._active_steps: set = set()
         self._resources = SessionResources(f"client {self._id}")  # unused: state lives on the tasks
 
-        transport_name, address, cfg = _parse_target(target)
+        transport_name, address, cfg = (None, None, None) if cluster is not None else _parse_target(target)
         self._cluster_config = cfg
         if cfg is not None:
             security = security or _security_from_config(cfg)

@@ -54,6 +54,8 @@ class Server:
                                for j in {j for j, _ in self._cluster}}
         self._server = None
         self._tensor_servers: dict = {}
+        from tensorweave.distributed.master_service import MasterService
+        self._master = MasterService(self)
         self._stopped = threading.Event()
         if start:
             self.start()
@@ -140,6 +142,7 @@ class Server:
             header["tensor_addresses"] = {n: srv.address for n, srv in self._tensor_servers.items()}
             return wire.encode_response(header, tensors)
         dispatcher.handlers["GetStatus"] = get_status
+        dispatcher.handlers.update(self._master.handlers())  # every server also runs the master service
         self._server = self._control.server(address, dispatcher, self._security)
         # A second server for each other transport that carries tensors to or from this task.
         host = self._server.address.rpartition(":")[0]
@@ -159,6 +162,7 @@ class Server:
         for srv in self._tensor_servers.values():
             srv.stop(grace)
         self._tensor_servers.clear()
+        self._master.close()
         self.worker.close()
         with self._channels_lock:
             for ch in self._channels.values():

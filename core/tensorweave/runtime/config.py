@@ -53,6 +53,9 @@ class ConfigProto:
     graph_options: GraphOptions = dataclasses.field(default_factory=GraphOptions)
     gpu_options: GPUOptions = dataclasses.field(default_factory=GPUOptions)
     operation_timeout_in_ms: int = 0
+    # Distributed sessions: run the master in a server's master service instead of in the
+    # client (docs/distributed.md).
+    use_remote_master: bool = False
 
 
 @dataclasses.dataclass

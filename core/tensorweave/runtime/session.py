@@ -279,6 +279,10 @@ class Session:
         # A remote target ("grpc://host:port", "ucx://...", or a cluster config) makes the
         # master's session (distributed/master.py); "" runs in this process.
         if cls is Session and target not in ("", None, "local"):
+            config = kwargs.get("config", args[1] if len(args) > 1 else None)
+            if getattr(config, "use_remote_master", False):
+                from tensorweave.distributed.master_service import RemoteMasterSession
+                return super().__new__(RemoteMasterSession)
             from tensorweave.distributed.master import DistributedSession
             return super().__new__(DistributedSession)
         return super().__new__(cls)

@@ -1,0 +1,223 @@
+"""The master service every server runs (whitepaper Figure 3, as in TensorFlow).
+
+By default the master runs inside the client (``distributed/master.py``). A client may
+instead hand its graph to the master service of any task and only send ``RunStep``
+requests — ``tw.Session("grpc://host:port", config=tw.ConfigProto(use_remote_master=True))``
+— useful for thin clients, or clients far from the cluster: one round trip per step to one
+task, which then drives every worker.
+
+Methods: ``CreateSession`` (a full GraphDef; validated against the op registry — the
+server runs only registered ops), ``ExtendSession`` (the graph grew: its new full GraphDef),
+``RunStep`` (feeds by tensor name with their values, fetch and target names), and
+``CloseSession``. Sessions are held per handle and closed by the client, or when the server
+stops.
+"""
+
+from __future__ import annotations
+
+import itertools
+import threading
+
+from tensorweave.framework import errors
+from tensorweave.runtime.session import Session
+
+MAX_SESSIONS = 256
+
+
+class MasterService:
+    """Sessions of remote clients on one server, each a ``DistributedSession`` over the
+    server's cluster."""
+
+    def __init__(self, server):
+        self._server = server
+        self._sessions: dict = {}
+        self._ids = itertools.count(1)
+        self._lock = threading.Lock()
+
+    def handlers(self) -> dict:
+        from tensorweave.distributed import wire
+
+        def guarded(fn):
+            def handle(payload):
+                try:
+                    return fn(payload)
+                except errors.OpError as e:
+                    return wire.encode_error(e)
+                except Exception as e:  # noqa: BLE001 - a bad request must not take the server down
+                    return wire.encode_error(errors.InternalError(f"{type(e).__name__}: {e}"))
+            return handle
+
+        return {"CreateSession": guarded(self.create_session), "ExtendSession": guarded(self.extend_session),
+                "RunStep": guarded(self.run_step), "CloseSession": guarded(self.close_session)}
+
+    def _graph(self, gd):
+        from tensorweave import plugins
+        from tensorweave.distributed import wire
+        from tensorweave.framework.graph import Graph
+        from tensorweave.framework.serialization import import_graph_def
+
+        checked = wire.decode_graph_def(gd, plugins.registry().ops)
+        g = Graph()
+        with g.as_default():
+            import_graph_def(checked, name="")
+        return g
+
+    def _new_session(self, gd):
+        from tensorweave.distributed.master import DistributedSession
+
+        srv = self._server
+        return DistributedSession(None, graph=self._graph(gd), cluster=srv.worker.cluster,
+                                  transport=srv._control.name, security=srv._security)
+
+    def create_session(self, payload: bytes) -> bytes:
+        from tensorweave.distributed import wire
+
+        header, _ = wire.decode_message(payload)
+        with self._lock:
+            if len(self._sessions) >= MAX_SESSIONS:
+                raise errors.ResourceExhaustedError(
+                    f"the master service holds {MAX_SESSIONS} sessions; close some first")
+        sess = self._new_session(header.get("graph_def"))
+        handle = f"master-session-{next(self._ids)}"
+        with self._lock:
+            self._sessions[handle] = sess
+        return wire.encode_response({"session": handle})
+
+    def _lookup(self, header):
+        handle = header.get("session")
+        with self._lock:
+            sess = self._sessions.get(handle)
+        if sess is None:
+            raise errors.NotFoundError(f"no master session {handle!r} on this server (closed, or the server restarted)")
+        return handle, sess
+
+    def extend_session(self, payload: bytes) -> bytes:
+        from tensorweave.distributed import wire
+
+        header, _ = wire.decode_message(payload)
+        handle, old = self._lookup(header)
+        new = self._new_session(header.get("graph_def"))
+        with self._lock:
+            self._sessions[handle] = new
+        old.close()
+        return wire.encode_response({})
+
+    def run_step(self, payload: bytes) -> bytes:
+        from tensorweave.distributed import wire
+        from tensorweave.runtime.config import RunOptions
+
+        header, tensors = wire.decode_message(payload, copy=True)
+        _, sess = self._lookup(header)
+        feeds, fetches, targets = header.get("feeds", []), header.get("fetches", []), header.get("targets", [])
+        for what, v in (("feeds", feeds), ("fetches", fetches), ("targets", targets)):
+            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
+                raise errors.InvalidArgumentError(f"RunStep: '{what}' must be a list of names")
+        if len(tensors) != len(feeds):
+            raise errors.InvalidArgumentError(f"RunStep: {len(tensors)} values for {len(feeds)} feeds")
+        timeout = header.get("timeout_in_ms")
+        options = RunOptions(timeout_in_ms=int(timeout)) if isinstance(timeout, int) and timeout > 0 else None
+        g = sess.graph
+        feed_dict = {g.as_graph_element(n, allow_operation=False): v for n, v in zip(feeds, tensors)}
+        values = sess.run([g.as_graph_element(n, allow_operation=False) for n in fetches]
+                          + [g.as_graph_element(n) for n in targets], feed_dict, options=options)
+        return wire.encode_response({"fetches": fetches}, list(values[:len(fetches)]))
+
+    def close_session(self, payload: bytes) -> bytes:
+        from tensorweave.distributed import wire
+
+        header, _ = wire.decode_message(payload)
+        with self._lock:
+            sess = self._sessions.pop(header.get("session"), None)
+        if sess is not None:
+            sess.close()
+        return wire.encode_response({})
+
+    def close(self):
+        with self._lock:
+            sessions = list(self._sessions.values())
+            self._sessions.clear()
+        for s in sessions:
+            s.close()
+
+
+class RemoteMasterSession(Session):
+    """The client side: a Session whose master is a server's master service."""
+
+    def __init__(self, target: str, graph=None, config=None, security=None):
+        import os
+
+        from tensorweave.distributed.transport import Security, get_transport
+        from tensorweave.framework import graph as graph_mod
+
+        scheme, sep, address = target.partition("://")
+        if not sep:
+            raise errors.InvalidArgumentError(f"session target {target!r}: expected 'grpc://host:port'")
+        self._graph = graph if graph is not None else graph_mod.get_default_graph()
+        self._config = config
+        self._security = security or Security(token=os.environ.get("TENSORWEAVE_TOKEN") or None)
+        self._channel = get_transport(scheme).channel(address, self._security)
+        self._target = target
+        self._handle = None
+        self._version = None
+        self._closed = False
+        self._default_ctx = None
+        self._active_steps: set = set()
+
+    def placement(self, fetches, feed_dict=None):
+        raise errors.UnimplementedError(
+            "placement() is not available through a remote master; use the client-side master "
+            "(the default: ConfigProto(use_remote_master=False))")
+
+    graph = property(lambda self: self._graph)
+    sess_str = property(lambda self: self._target)
+
+    def _call(self, method, header, tensors=()):
+        from tensorweave.distributed import wire
+
+        return wire.decode_response(self._channel.call(method, wire.encode_message(header, list(tensors)), None))
+
+    def _sync_graph(self):
+        from tensorweave.framework.serialization import graph_to_dict
+
+        if self._version == self._graph._version:
+            return
+        gd = graph_to_dict(self._graph)
+        if self._handle is None:
+            header, _ = self._call("CreateSession", {"graph_def": gd})
+            self._handle = header["session"]
+        else:
+            self._call("ExtendSession", {"session": self._handle, "graph_def": gd})
+        self._version = self._graph._version
+
+    def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
+        import numpy as np
+
+        from tensorweave.runtime.session import _convert_feed_value, _FetchMapper
+
+        if self._closed:
+            raise errors.FailedPreconditionError("attempted to use a closed Session")
+        mapper = _FetchMapper(self._graph, fetches)
+        self._sync_graph()
+        feeds, values = [], []
+        for k, v in (feed_dict or {}).items():
+            t = self._graph.as_graph_element(k, allow_operation=False)
+            feeds.append(t.name)
+            values.append(np.asarray(_convert_feed_value(v, t)))
+        header = {"session": self._handle, "feeds": feeds, "fetches": [t.name for t in mapper.tensors],
+                  "targets": [op.name for op in mapper.targets]}
+        if options is not None and options.timeout_in_ms:
+            header["timeout_in_ms"] = int(options.timeout_in_ms)
+        _, out = self._call("RunStep", header, values)
+        return mapper.build(list(out))
+
+    def close(self):
+        if self._closed:
+            return
+        self._closed = True
+        if self._handle is not None:
+            try:
+                self._call("CloseSession", {"session": self._handle})
+            except errors.OpError:
+                pass
+        self._channel.close()
+
