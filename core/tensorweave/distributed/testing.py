@@ -16,7 +16,6 @@ processes can be used (``grpc``, ``ucx``); ``inproc`` is an error naming the alt
 from __future__ import annotations
 
 import atexit
-import faulthandler
 import os
 import signal
 import socket
@@ -272,7 +271,6 @@ def serve(config_path: str, job: str, task: str) -> None:
     from tensorweave.distributed.cluster import load_config
     from tensorweave.distributed.server import Server
 
-    faulthandler.register(signal.SIGUSR1)  # `kill -USR1 PID` prints every thread's stack to the log
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())
