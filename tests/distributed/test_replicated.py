@@ -9,7 +9,6 @@ with a RunOptions timeout and threads are joined with a deadline.
 """
 
 import itertools
-import socket
 import threading
 import time
 
@@ -39,15 +38,9 @@ def _free_addresses(n, transport):
     if transport == "inproc":
         base = 53000 + 10 * next(_inproc_ids)
         return [f"inproc-replicated:{base + i}" for i in range(n)]
-    out, socks = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        out.append(f"127.0.0.1:{s.getsockname()[1]}")
-    for s in socks:
-        s.close()
-    return out
+    from tensorweave.distributed.launcher import pick_ports
+
+    return [f"127.0.0.1:{p}" for p in pick_ports(n)]
 
 
 @pytest.fixture

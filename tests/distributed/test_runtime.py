@@ -23,17 +23,9 @@ def transport(request):
 def _free_addresses(n, transport):
     if transport == "inproc":
         return [f"inproc-host:{p}" for p in range(52000 + 10 * n, 52000 + 11 * n)]
-    import socket
+    from tensorweave.distributed.launcher import pick_ports
 
-    out, socks = [], []
-    for _ in range(n):
-        s = socket.socket()
-        s.bind(("127.0.0.1", 0))
-        socks.append(s)
-        out.append(f"127.0.0.1:{s.getsockname()[1]}")
-    for s in socks:
-        s.close()
-    return out
+    return [f"127.0.0.1:{p}" for p in pick_ports(n)]
 
 
 @pytest.fixture

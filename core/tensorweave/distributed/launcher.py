@@ -17,6 +17,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import random
 import re
 import signal
 import socket
@@ -78,16 +79,29 @@ def pick_ports(n: int, host: str = "127.0.0.1", base_port: int | None = None) ->
                 f"{'are' if len(busy) > 1 else 'is'} in use (needed {base_port}-{base_port + n - 1}); "
                 "choose another --base-port or leave it out to pick free ports")
         return ports
-    socks = []
+    # Below the kernel's ephemeral range: a port the OS would hand out for an outgoing
+    # connection (any client socket of this machine) could be taken between picking it and
+    # the worker binding it; these are not. Checked on the host and on all interfaces (UCX
+    # listens on 0.0.0.0).
+    lo, hi = _ephemeral_range()
+    candidates = list(range(20000, min(lo, 32768)))
+    random.shuffle(candidates)
+    out = []
+    for p in candidates:
+        if _bindable(host, p) and (":" in host or _bindable("0.0.0.0", p)):
+            out.append(p)
+            if len(out) == n:
+                return out
+    raise errors.UnavailableError(f"no {n} free ports on {host} between 20000 and {lo}")
+
+
+def _ephemeral_range() -> tuple[int, int]:
     try:
-        for _ in range(n):
-            s = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
-            socks.append(s)
-            s.bind((host, 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+        with open("/proc/sys/net/ipv4/ip_local_port_range") as f:
+            lo, hi = map(int, f.read().split())
+        return lo, hi
+    except (OSError, ValueError):
+        return 32768, 60999
 
 
 def format_address(host: str, port: int) -> str:

@@ -18,7 +18,6 @@ from __future__ import annotations
 import atexit
 import os
 import signal
-import socket
 import subprocess
 import sys
 import tempfile
@@ -34,17 +33,11 @@ _LIVE: weakref.WeakSet = weakref.WeakSet()
 
 
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
-    """``n`` distinct ports that are free now (held open together while picking)."""
-    socks = []
-    try:
-        for _ in range(n):
-            s = socket.socket()
-            s.bind((host, 0))
-            socks.append(s)
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
+    """``n`` distinct free ports, outside the range the OS hands to outgoing connections
+    (``launcher.pick_ports``), so none is taken before its task binds it."""
+    from tensorweave.distributed.launcher import pick_ports
+
+    return pick_ports(n, host)
 
 
 class LocalCluster:
