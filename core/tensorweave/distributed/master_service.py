@@ -35,17 +35,7 @@ class MasterService:
         self._lock = threading.Lock()
 
     def handlers(self) -> dict:
-        from tensorweave.distributed import wire
-
-        def guarded(fn):
-            def handle(payload):
-                try:
-                    return fn(payload)
-                except errors.OpError as e:
-                    return wire.encode_error(e)
-                except Exception as e:  # noqa: BLE001 - a bad request must not take the server down
-                    return wire.encode_error(errors.InternalError(f"{type(e).__name__}: {e}"))
-            return handle
+        from tensorweave.distributed.transport import guarded
 
         return {"CreateSession": guarded(self.create_session), "ExtendSession": guarded(self.extend_session),
                 "RunStep": guarded(self.run_step), "CloseSession": guarded(self.close_session)}

@@ -95,6 +95,20 @@ class ServiceDispatcher:
         return fn(payload)
 
 
+def guarded(fn):
+    """A request handler that answers every failure with an error response: a bad request
+    gets a ``tw.errors`` reply and never takes the server (or its transport thread) down."""
+    def handle(payload):
+        from tensorweave.distributed import wire
+        try:
+            return fn(payload)
+        except errors.OpError as e:
+            return wire.encode_error(e)
+        except Exception as e:  # noqa: BLE001 - see the docstring
+            return wire.encode_error(errors.InternalError(f"{type(e).__name__}: {e}"))
+    return handle
+
+
 # ----------------------------------------------------------------------------------------
 # The in-process transport: servers live in a process-wide table keyed by address.
 

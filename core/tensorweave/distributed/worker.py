@@ -299,18 +299,7 @@ class Worker:
 
     # --- the service ------------------------------------------------------------------------
     def dispatcher(self, token=None):
-        from tensorweave.distributed.transport import ServiceDispatcher
-
-        def guarded(fn):
-            def handle(payload):
-                from tensorweave.distributed import wire
-                try:
-                    return fn(payload)
-                except errors.OpError as e:
-                    return wire.encode_error(e)
-                except Exception as e:  # noqa: BLE001 - never take the server down
-                    return wire.encode_error(errors.InternalError(f"{type(e).__name__}: {e}"))
-            return handle
+        from tensorweave.distributed.transport import ServiceDispatcher, guarded
 
         handlers = {
             "GetStatus": self.get_status, "RegisterGraph": self.register_graph,

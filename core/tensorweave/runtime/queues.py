@@ -50,6 +50,7 @@ import numpy as np
 from tensorweave.framework import dtypes as dtypes_mod
 from tensorweave.framework import errors
 from tensorweave.framework.tensor_shape import TensorShape
+from tensorweave.runtime import handles
 
 __all__ = ["Queue", "FIFOQueue", "RandomShuffleQueue", "make_handle", "parse_handle", "lookup",
            "lookup_or_create"]
@@ -59,34 +60,17 @@ __all__ = ["Queue", "FIFOQueue", "RandomShuffleQueue", "make_handle", "parse_han
 # handles
 def make_handle(container: str, name: str) -> np.ndarray:
     """The handle value (a 0-d object array holding bytes) of queue ``name`` in ``container``."""
-    if ":" in container:
-        raise errors.InvalidArgumentError(f"queue container name {container!r} must not contain ':'")
-    return np.array(f"{container}:{name}".encode(), dtype=object)
+    return handles.make_handle(container, name, "queue")
 
 
 def parse_handle(handle) -> tuple[str, str]:
     """(container, name) of a handle value (bytes, str or a 0-d array of either)."""
-    v = handle.item() if isinstance(handle, np.ndarray) else handle
-    if isinstance(v, bytes):
-        v = v.decode()
-    if not isinstance(v, str) or ":" not in v:
-        raise errors.InvalidArgumentError(f"{handle!r} is not a queue handle (expected b'<container>:<name>')")
-    container, _, name = v.partition(":")
-    return container, name
+    return handles.parse_handle(handle, "queue")
 
 
 def lookup(resources, handle) -> Queue:
     """The queue a handle value names, in ``resources`` (a ``SessionResources``)."""
-    container, name = parse_handle(handle)
-    try:
-        q = resources.manager_for(container).lookup(container, name)
-    except errors.NotFoundError:
-        raise errors.NotFoundError(
-            f"queue {name!r} not found in container {container!r}: its queue op has not run in this "
-            "session (or the container was reset)") from None
-    if not isinstance(q, Queue):
-        raise errors.InvalidArgumentError(f"resource {name!r} in container {container!r} is not a queue")
-    return q
+    return handles.lookup(resources, handle, Queue, "queue")
 
 
 def lookup_or_create(resources, container: str, name: str, create) -> Queue:

@@ -28,7 +28,7 @@ import zlib
 import numpy as np
 
 from tensorweave.framework import errors
-from tensorweave.runtime import record_io
+from tensorweave.runtime import handles, record_io
 
 __all__ = ["Reader", "WholeFileReader", "TextLineReader", "FixedLengthRecordReader", "TFRecordReader",
            "make_handle", "parse_handle", "lookup", "lookup_or_create"]
@@ -37,32 +37,15 @@ __all__ = ["Reader", "WholeFileReader", "TextLineReader", "FixedLengthRecordRead
 # ----------------------------------------------------------------------------------------
 # handles
 def make_handle(container: str, name: str) -> np.ndarray:
-    if ":" in container:
-        raise errors.InvalidArgumentError(f"reader container name {container!r} must not contain ':'")
-    return np.array(f"{container}:{name}".encode(), dtype=object)
+    return handles.make_handle(container, name, "reader")
 
 
 def parse_handle(handle) -> tuple[str, str]:
-    v = handle.item() if isinstance(handle, np.ndarray) else handle
-    if isinstance(v, bytes):
-        v = v.decode()
-    if not isinstance(v, str) or ":" not in v:
-        raise errors.InvalidArgumentError(f"{handle!r} is not a reader handle (expected b'<container>:<name>')")
-    container, _, name = v.partition(":")
-    return container, name
+    return handles.parse_handle(handle, "reader")
 
 
 def lookup(resources, handle) -> Reader:
-    container, name = parse_handle(handle)
-    try:
-        r = resources.manager_for(container).lookup(container, name)
-    except errors.NotFoundError:
-        raise errors.NotFoundError(
-            f"reader {name!r} not found in container {container!r}: its reader op has not run in this "
-            "session (or the container was reset)") from None
-    if not isinstance(r, Reader):
-        raise errors.InvalidArgumentError(f"resource {name!r} in container {container!r} is not a reader")
-    return r
+    return handles.lookup(resources, handle, Reader, "reader")
 
 
 def lookup_or_create(resources, container: str, name: str, create) -> Reader:
