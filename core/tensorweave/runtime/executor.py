@@ -105,7 +105,9 @@ _cancel_lock = threading.Lock()  # guards StepContext cancellation state (rarely
 
 class _Node:
     __slots__ = ("op", "fn", "kd", "ins", "outs", "kind", "pre", "consumers", "pending", "transfer",
-                 "expensive", "track", "unwrap", "frees")
+                 "expensive", "track", "unwrap", "frees",
+                 # control-flow facts, set by frames.FrameInfo (read on every activation)
+                 "role", "f_out", "f_ctrl", "f_nin", "f_merge")
 
 
 def _nbytes(v) -> int:

@@ -31,6 +31,7 @@ from __future__ import annotations
 
 import threading
 import time
+from collections import deque
 
 import numpy as np
 
@@ -114,6 +115,14 @@ class FrameInfo:
             if self.role[n] == R_LOOPCOND:
                 self.cond_of[n] = None           # the frame of whatever iteration runs it
         self.sources = [n for n in nodes if self.n_in[n] == 0 and self.role[n] != R_MERGE]
+        # The same facts on the nodes themselves: one attribute read per activation.
+        for n in nodes:
+            n.role = self.role[n]
+            n.f_out = self.out_edges[n]
+            n.f_ctrl = tuple(self.ctrl_out[n])
+            n.f_nin = self.n_in[n]
+            n.f_merge = ((1 if n in self.loop_merge else self.merge_data[n]), self.merge_ctrl[n]) \
+                if n.role == R_MERGE else None
 
 
 class _Frame:
@@ -176,8 +185,8 @@ class FrameState:
         out.append((n, it, dead))
 
     def _activate(self, c, it, dead, pos, out):
-        info = self.info
-        if info.role[c] == R_MERGE:
+        merge = c.f_merge
+        if merge is not None:
             st = it.merges.get(c)
             if st is None:
                 st = it.merges[c] = [False, 0, 0, None]
@@ -189,39 +198,55 @@ class FrameState:
                 st[1] += 1
             elif st[3] is None:
                 st[3] = pos
-            if st[2] < info.merge_ctrl[c]:
+            expected, n_ctrl = merge
+            if st[2] < n_ctrl:
                 return
-            expected = 1 if c in info.loop_merge else info.merge_data[c]
             if st[3] is not None:
                 st[0] = True
-                self._ready(c, it, False, out)
+                it.ops += 1
+                out.append((c, it, False))
             elif st[1] >= expected:
                 st[0] = True
-                self._ready(c, it, True, out)
+                it.ops += 1
+                out.append((c, it, True))
             return
         if dead:
             it.dead.add(c)
-        p = it.pending.get(c)
+        pending = it.pending
+        p = pending.get(c)
         if p is None:
-            p = info.n_in[c]
-        p -= 1
-        if p == 0:
-            it.pending.pop(c, None)
-            self._ready(c, it, c in it.dead, out)
+            if c.f_nin == 1:  # the common case: its only input just arrived
+                it.ops += 1
+                out.append((c, it, dead))
+                return
+            pending[c] = c.f_nin - 1
+            return
+        if p == 1:
+            del pending[c]
+            it.ops += 1
+            out.append((c, it, c in it.dead))
         else:
-            it.pending[c] = p
+            pending[c] = p - 1
 
     def _deliver(self, n, it, outputs, node_dead, out):
         """Store ``n``'s outputs in iteration ``it`` and activate their consumers there."""
         vals = it.vals
-        for k, s in enumerate(n.outs):
-            vals[s] = DEAD if node_dead else outputs[k]
-        for k, cons in self.info.out_edges[n]:
-            d = node_dead or outputs[k] is DEAD
-            for c, pos in cons:
-                self._activate(c, it, d, pos, out)
-        for c in self.info.ctrl_out[n]:
-            self._activate(c, it, node_dead, -1, out)
+        activate = self._activate
+        if node_dead:
+            for s in n.outs:
+                vals[s] = DEAD
+            for _, cons in n.f_out:
+                for c, pos in cons:
+                    activate(c, it, True, pos, out)
+        else:
+            for k, s in enumerate(n.outs):
+                vals[s] = outputs[k]
+            for k, cons in n.f_out:
+                d = outputs[k] is DEAD
+                for c, pos in cons:
+                    activate(c, it, d, pos, out)
+        for c in n.f_ctrl:
+            activate(c, it, node_dead, -1, out)
 
     def _new_frame(self, parent_it, name, par, out):
         info = self.info
@@ -267,7 +292,10 @@ class FrameState:
 
     def _route(self, n, it, outputs, node_dead, out):
         """Where ``n``'s outputs go: its own iteration, a child frame, the parent, or i+1."""
-        role = self.info.role[n]
+        role = n.role
+        if role == R_OP:  # most nodes: their own iteration
+            self._deliver(n, it, outputs, node_dead, out)
+            return
         if role == R_ENTER:
             name, const, par = self.info.enter_attrs[n]
             f = self._child(it, name, par, out)
@@ -376,6 +404,17 @@ class FrameState:
         if queue and not getattr(_in_loop, "active", False):
             self._run_loop(queue)
 
+    def _queue_ready(self, ready, queue):
+        """Ready activations go to ``queue`` (run by the caller's loop), expensive ones to the pool."""
+        if not self.part.parallelizable:
+            queue.extend(ready)
+            return
+        for item in ready:
+            if item[0].expensive and self.error is None and not item[2]:
+                self.pool.submit(self._run_loop, deque([item]))
+            else:
+                queue.append(item)
+
     def _run_loop(self, queue):
         outer = (getattr(_in_loop, "active", False), getattr(_in_loop, "state", None),
                  getattr(_in_loop, "queue", None))
@@ -383,8 +422,12 @@ class FrameState:
         errstate = np.errstate(all="ignore")  # once per loop, not per kernel (numpy's is costly)
         errstate.__enter__()
         try:
+            if not isinstance(queue, deque):
+                queue = deque(queue)
+                _in_loop.queue = queue
+            pop = queue.popleft
             while queue:
-                n, it, dead = queue.pop(0)
+                n, it, dead = pop()
                 if self.deadline is not None:
                     self._ticks += 1
                     if self._ticks & 255 == 0 and time.monotonic() > self.deadline and self.error is None:
@@ -393,10 +436,10 @@ class FrameState:
                             f"(in frame '{it.frame.name}', iteration {it.i})"), n)
                 if self.error is not None or self.step.cancelled:
                     dead = True  # drain: nothing more runs, every activation still finishes
-                elif dead and self.info.role[n] == R_TRIGGER:
+                elif dead and n.role == R_TRIGGER:
                     dead = False  # a ControlTrigger runs even where its inputs are dead
                 if dead:
-                    if self.info.role[n] == R_SEND and self.error is None:
+                    if n.role == R_SEND and self.error is None:
                         try:
                             self._send(n, it, DEAD)
                         except Exception as e:  # noqa: BLE001
@@ -420,13 +463,13 @@ class FrameState:
         vals = it.vals
         for fn, src, slot in n.pre:
             vals[slot] = fn() if src < 0 else fn(vals[src])
-        role = self.info.role[n]
+        role = n.role
         if role == R_OP:
             args = [vals[i] for i in n.ins]
             if n.kd.is_async:
                 n.fn(self.step, self._make_done(n, it), *args)
                 return _ASYNC
-            t0 = time.perf_counter()
+            t0 = time.perf_counter() if self.stats is not None else 0.0
             res = n.fn(self.step, *args) if n.kd.takes_context else n.fn(*args)
             outs = n.outs
             if len(outs) == 1:
@@ -487,7 +530,7 @@ class FrameState:
 
     def _make_done(self, n, it):
         called = threading.Lock()
-        is_recv = self.info.role[n] == R_RECV
+        is_recv = n.role == R_RECV
 
         def done(outputs=None, error=None):
             if not called.acquire(blocking=False):
@@ -504,7 +547,7 @@ class FrameState:
                 # Completed during the kernel call, in our own loop: go on in this thread.
                 self._finish(n, it, outputs, dead, _in_loop.queue)
                 return
-            queue = []
+            queue = deque()
             self._finish(n, it, outputs, dead, queue)
             if queue:
                 if getattr(_in_loop, "active", False):
@@ -520,7 +563,7 @@ class FrameState:
             it.ops -= 1
             self._check(it, ready)
         if ready:
-            self._dispatch(ready, queue)
+            self._queue_ready(ready, queue)
 
     def _fail(self, e, n):
         with self.lock:
