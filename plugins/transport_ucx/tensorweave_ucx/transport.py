@@ -5,11 +5,15 @@ loop in a daemon thread the transport starts on first use), the framing of reque
 responses and tensor streams on a UCX endpoint, and ``UcxServer`` / ``UcxChannel`` as
 ``tensorweave.distributed.transport`` specifies them.
 
-Framing. One UCX endpoint per channel carries every request of that channel, concurrently:
-a request is a fixed-size frame on the endpoint's own tag, then its payload on a tag made
-from the request id; the response comes back the same way (frame, then body), so
-concurrent requests never wait for each other. A tensor (``fetch``) comes back as the wire
-tensor header plus a table of chunk sizes, then one UCX message per payload chunk, each
+Framing. One UCX endpoint per channel carries every request of that channel, concurrently.
+Every request and answer is one fixed-size *slot* message (``_SLOT`` bytes: the frame, then
+up to ``_INLINE`` bytes of payload, zero padded; UCX tag receives need the exact length up
+front, and padding a small message costs far less than a second message and its
+completion hops). A request's slot goes on the endpoint's own tag, its answer's slot on a
+tag made from the request id, so concurrent requests never wait for each other. A payload
+too large for the slot follows it as its own message on a request-id tag. A tensor
+(``fetch``) comes back as the wire tensor header plus a table of chunk sizes (with the data
+itself in the slot when all of it fits), then one UCX message per payload chunk, each
 received straight into its slice of the preallocated array (``wire.TensorAssembler``): the
 bytes cross once, no concatenation. A connection starts with a hello carrying the auth
 token; a wrong token is refused before any request is served.
@@ -58,9 +62,13 @@ UCX_ENV_DEFAULTS = {
     "UCXX_LOG_LEVEL": "FATAL",
 }
 
-MAGIC = b"TWU1"
+MAGIC = b"TWU2"
 # magic, kind, request id, length, aux, method (utf-8, zero padded)
 _FRAME = struct.Struct("<4sB3xQQQ64s")
+# Every request and answer travels in one slot of this size: the frame, then the payload
+# when it fits (``_INLINE`` bytes; the hot control calls are a few hundred bytes).
+_SLOT = 4096
+_INLINE = _SLOT - _FRAME.size
 _TABLE = struct.Struct("<Q")
 
 # frame kinds: client -> server
@@ -82,15 +90,20 @@ def _tag(rid: int, part: int) -> int:
     return (rid << 24) | part
 
 
-def _frame(kind: int, rid: int, length: int = 0, aux: int = 0, method: str = "") -> bytes:
+def _slot(kind: int, rid: int, length: int = 0, aux: int = 0, method: str = "", inline=b"") -> bytearray:
+    """One slot message: the frame, then ``inline`` (the whole payload when ``length`` fits)."""
     m = method.encode()
     if len(m) > 64:
         raise errors.InvalidArgumentError(f"ucx transport: method name {method!r} is longer than 64 bytes")
-    return _FRAME.pack(MAGIC, kind, rid, length, aux, m)
+    buf = bytearray(_SLOT)
+    _FRAME.pack_into(buf, 0, MAGIC, kind, rid, length, aux, m)
+    if len(inline):
+        buf[_FRAME.size:_FRAME.size + len(inline)] = inline
+    return buf
 
 
 def _unframe(buf, where: str):
-    magic, kind, rid, length, aux, method = _FRAME.unpack(buf)
+    magic, kind, rid, length, aux, method = _FRAME.unpack_from(buf)
     if magic != MAGIC:
         raise errors.DataLossError(f"ucx transport: {where}: not a tensorweave UCX frame (magic {magic!r})")
     try:
@@ -283,6 +296,15 @@ class _Conn:
         except self.eng.UCXError as e:
             raise self._ucx_failure(e, "send") from None
 
+    def post(self, buf, tag=None) -> asyncio.Task:
+        """Start sending ``buf`` without waiting for UCX to report it sent: a call's answer
+        arrives no sooner for it, and each awaited completion is one more trip through
+        ucxx's notifier thread. A failed send fails the whole connection (``send``)."""
+        task = asyncio.ensure_future(self.send(buf, tag))
+        self.tasks.add(task)
+        task.add_done_callback(self._done)
+        return task
+
     async def recv(self, buf, tag=None):
         self._check()
         try:
@@ -294,7 +316,11 @@ class _Conn:
         """Run ``coro`` until it ends, the endpoint fails (UnavailableError) or ``timeout``
         passes (DeadlineExceededError; ``coro`` goes on in the background so that a late
         answer is received and dropped rather than left queued in UCX)."""
-        self._check()
+        try:
+            self._check()
+        except errors.OpError:
+            coro.close()  # never started: no "coroutine was never awaited" warning
+            raise
         inner = asyncio.ensure_future(coro)
         self.tasks.add(inner)
         inner.add_done_callback(self._done)
@@ -314,10 +340,30 @@ class _Conn:
             task.exception()  # retrieved: a dropped late answer's failure is not an error
 
 
-async def _recv_frame(conn: _Conn, tag, where: str):
-    buf = bytearray(_FRAME.size)
+async def _recv_slot(conn: _Conn, tag, where: str):
+    """(kind, rid, length, aux, method, slot) of the next slot on ``tag``."""
+    buf = bytearray(_SLOT)
     await conn.recv(buf, tag)
-    return _unframe(buf, where)
+    return (*_unframe(buf, where), buf)
+
+
+async def _recv_body(conn: _Conn, slot, length: int, tag) -> bytearray:
+    """The ``length`` bytes of payload that came in ``slot`` or, too large for it, follow on ``tag``."""
+    if length <= _INLINE:
+        return slot[_FRAME.size:_FRAME.size + length]
+    body = bytearray(length)
+    await conn.recv(body, tag)
+    return body
+
+
+def _post_answer(conn: _Conn, kind: int, rid: int, body, length: int | None = None, aux: int = 0) -> list:
+    """Send an answer (the frame says ``length``, by default ``len(body)``): ``body`` inside
+    the slot when it fits, else as a second message. The sends, to await if need be."""
+    length = len(body) if length is None else length
+    if len(body) <= _INLINE:
+        return [conn.post(_slot(kind, rid, length, aux, inline=body), _tag(rid, _RESP_HEAD))]
+    return [conn.post(_slot(kind, rid, length, aux), _tag(rid, _RESP_HEAD)),
+            conn.post(body, _tag(rid, _RESP_BODY))]
 
 
 def _coalesce(chunks: list) -> list:
@@ -389,11 +435,11 @@ class UcxServer:
             if not await self._hello(conn):
                 return
             while not self._stopping:
-                kind, rid, length, aux, method = await conn.guarded(
-                    _recv_frame(conn, None, "request"), None, "receiving a request")
+                kind, rid, length, aux, method, slot = await conn.guarded(
+                    _recv_slot(conn, None, "request"), None, "receiving a request")
                 if kind not in (CALL, FETCH) or rid == 0:
                     raise errors.DataLossError(f"ucx transport: unexpected request frame kind {kind}")
-                task = asyncio.ensure_future(self._handle(conn, kind, rid, length, method))
+                task = asyncio.ensure_future(self._handle(conn, kind, rid, length, method, slot))
                 self._active.add(task)
                 task.add_done_callback(self._active.discard)
         except (errors.OpError, asyncio.CancelledError):
@@ -404,23 +450,20 @@ class UcxServer:
             self._serving.discard(asyncio.current_task())
 
     async def _hello(self, conn: _Conn) -> bool:
-        kind, rid, length, _, _ = await conn.guarded(_recv_frame(conn, None, "hello"), CONNECT_TIMEOUT, "hello")
+        kind, rid, length, _, _, slot = await conn.guarded(_recv_slot(conn, None, "hello"), CONNECT_TIMEOUT, "hello")
         if kind != HELLO or length > _MAX_TOKEN:
             return False
-        token = bytearray(length)
-        if length:
-            await conn.guarded(conn.recv(token, _tag(0, _REQ_BODY)), CONNECT_TIMEOUT, "hello")
+        token = await conn.guarded(_recv_body(conn, slot, length, _tag(0, _REQ_BODY)), CONNECT_TIMEOUT, "hello")
         expected = self._expected_tokens()
         if all(hmac.compare_digest(bytes(token), t.encode()) for t in expected):
-            await conn.send(_frame(OK, 0), _tag(0, _RESP_HEAD))
+            await asyncio.gather(*_post_answer(conn, OK, 0, b""))
             return True
         from tensorweave.distributed import wire
 
         body = wire.encode_error(errors.UnauthenticatedError(
             "ucx transport: the server refused the connection: it requires an auth token and the one sent "
             "is missing or wrong"))
-        await conn.send(_frame(ERROR, 0, len(body)), _tag(0, _RESP_HEAD))
-        await conn.send(body, _tag(0, _RESP_BODY))
+        await asyncio.gather(*_post_answer(conn, ERROR, 0, body))
         # Let the client read the refusal and hang up (closing first could drop it in flight).
         try:
             await asyncio.wait_for(conn.closed.wait(), CONNECT_TIMEOUT)
@@ -428,7 +471,7 @@ class UcxServer:
             pass
         return False
 
-    async def _handle(self, conn: _Conn, kind: int, rid: int, length: int, method: str):
+    async def _handle(self, conn: _Conn, kind: int, rid: int, length: int, method: str, slot):
         from tensorweave.distributed import wire
 
         loop = asyncio.get_running_loop()
@@ -438,26 +481,26 @@ class UcxServer:
                 body = wire.encode_error(errors.ResourceExhaustedError(
                     f"ucx transport: request {method} of {length} bytes exceeds the server's limit of "
                     f"{self.security.max_message_bytes} bytes"))
-                await conn.send(_frame(ERROR, rid, len(body)), _tag(rid, _RESP_HEAD))
-                await conn.send(body, _tag(rid, _RESP_BODY))
+                await asyncio.gather(*_post_answer(conn, ERROR, rid, body))
                 return
-            payload = bytearray(length)
-            if length:
-                await conn.guarded(conn.recv(payload, _tag(rid, _REQ_BODY)), None, f"receiving {method}")
+            if length > _INLINE:
+                payload = await conn.guarded(_recv_body(conn, slot, length, _tag(rid, _REQ_BODY)), None,
+                                             f"receiving {method}")
+            else:
+                payload = slot[_FRAME.size:_FRAME.size + length]
             payload = bytes(payload)
+            del slot
             if kind == CALL:
                 body = await loop.run_in_executor(self._pool, self._call, method, payload)
-                await conn.send(_frame(OK, rid, len(body)), _tag(rid, _RESP_HEAD))
-                if body:
-                    await conn.send(body, _tag(rid, _RESP_BODY))
+                await asyncio.gather(*_post_answer(conn, OK, rid, body))
             else:
                 # ``parts``: the stream's own chunks, alive until sent (the merged ones are views)
                 head, chunks, parts = await loop.run_in_executor(self._pool, self._stream, method, payload)
                 table = b"".join(_TABLE.pack(len(c)) for c in chunks)
-                await conn.send(_frame(FETCH_OK, rid, len(head), len(chunks)), _tag(rid, _RESP_HEAD))
-                await conn.send(head + table, _tag(rid, _RESP_BODY))
+                sends = _post_answer(conn, FETCH_OK, rid, head + table, len(head), len(chunks))
                 # All chunks in flight at once; each lands in its own slice on the client.
-                await asyncio.gather(*(conn.send(c, _tag(rid, _CHUNK0 + i)) for i, c in enumerate(chunks) if len(c)))
+                sends += [conn.post(c, _tag(rid, _CHUNK0 + i)) for i, c in enumerate(chunks) if len(c)]
+                await asyncio.gather(*sends)
                 del parts
         except (errors.OpError, asyncio.CancelledError, RuntimeError):
             pass  # connection lost or server stopping: the client sees UnavailableError
@@ -481,6 +524,9 @@ class UcxServer:
             if head is None:
                 raise errors.DataLossError(f"{method}: the stream produced nothing")
             parts = [memoryview(c).cast("B") for c in it]
+            if len(head) + sum(map(len, parts)) <= _INLINE:
+                # A small tensor travels whole in the answer's slot: header, then its bytes.
+                return bytes(head) + b"".join(parts), [], []
             chunks = _coalesce(parts)
             if len(chunks) > _MAX_CHUNKS:
                 raise errors.ResourceExhaustedError(f"{method}: {len(chunks)} chunks is more than {_MAX_CHUNKS}")
@@ -554,14 +600,14 @@ class UcxChannel:
         conn = _Conn(self._eng, ep, self.address)
         try:
             token = (self.security.token or "").encode()
-            await conn.send(_frame(HELLO, 0, len(token)))
-            if token:
-                await conn.send(token, _tag(0, _REQ_BODY))
-            kind, _, length, _, _ = await conn.guarded(
-                _recv_frame(conn, _tag(0, _RESP_HEAD), "hello answer"), timeout, "connect")
+            inline = len(token) <= _INLINE
+            conn.post(_slot(HELLO, 0, len(token), inline=token if inline else b""))
+            if not inline:
+                conn.post(token, _tag(0, _REQ_BODY))
+            kind, _, length, _, _, slot = await conn.guarded(
+                _recv_slot(conn, _tag(0, _RESP_HEAD), "hello answer"), timeout, "connect")
             if kind == ERROR and length <= _MAX_TENSOR_HEAD:
-                body = bytearray(length)
-                await conn.guarded(conn.recv(body, _tag(0, _RESP_BODY)), timeout, "connect")
+                body = await conn.guarded(_recv_body(conn, slot, length, _tag(0, _RESP_BODY)), timeout, "connect")
                 wire.decode_response(body)  # raises the refusal (UnauthenticatedError)
             if kind != OK:
                 raise errors.DataLossError(f"ucx transport: {self.address} answered the hello with frame kind {kind}")
@@ -584,12 +630,9 @@ class UcxChannel:
         return self._eng.run(conn.guarded(self._call(conn, method, payload), timeout, method), timeout)
 
     async def _call(self, conn: _Conn, method: str, payload) -> bytes:
-
         rid = next(self._ids)
-        kind, length = await self._request(conn, CALL, rid, method, payload)
-        body = bytearray(length)
-        if length:
-            await conn.recv(body, _tag(rid, _RESP_BODY))
+        kind, length, _, slot = await self._request(conn, CALL, rid, method, payload)
+        body = await _recv_body(conn, slot, length, _tag(rid, _RESP_BODY))
         if kind == ERROR:
             self._drop_if_refused(conn, body)
         elif kind != OK:
@@ -598,15 +641,18 @@ class UcxChannel:
         return bytes(body)
 
     async def _request(self, conn: _Conn, kind: int, rid: int, method: str, payload):
-        await conn.send(_frame(kind, rid, len(payload), 0, method))
-        sending = None
-        if len(payload):
-            # Not awaited before the answer: a large payload goes by rendezvous, which waits
-            # for the server to take it, and a server refusing it (too large) never does.
-            sending = asyncio.ensure_future(conn.send(payload, _tag(rid, _REQ_BODY)))
-            conn.tasks.add(sending)
-            sending.add_done_callback(conn._done)
-        akind, arid, length, aux, _ = await _recv_frame(conn, _tag(rid, _RESP_HEAD), f"{method} answer")
+        """Send a request; (kind, length, aux, slot) of its answer. Nothing sent is awaited
+        before the answer: an answer implies the request arrived, and a large payload goes
+        by rendezvous, which waits for the server to take it (a server refusing it, too
+        large, never does)."""
+        inline = len(payload) <= _INLINE
+        request = _slot(kind, rid, len(payload), 0, method, payload if inline else b"")
+        # The answer's receive is posted first (the sends start when this task next waits):
+        # an answer that finds its receive posted skips UCX's unexpected-message queue.
+        answer = asyncio.ensure_future(_recv_slot(conn, _tag(rid, _RESP_HEAD), f"{method} answer"))
+        conn.post(request)
+        sending = None if inline else conn.post(payload, _tag(rid, _REQ_BODY))
+        akind, arid, length, aux, _, slot = await answer
         if sending is not None and akind != ERROR:
             await sending
         limit = self.security.max_message_bytes if akind != FETCH_OK else _MAX_TENSOR_HEAD
@@ -616,7 +662,7 @@ class UcxChannel:
                 f"ucx transport: the answer to {method} from {self.address} ({length} bytes) exceeds {limit}")
             conn.fail(err)
             raise err
-        return (akind, length) if akind != FETCH_OK else (akind, length, aux)
+        return akind, length, aux, slot
 
     def _drop_if_refused(self, conn: _Conn, body) -> None:
         """A transport-level refusal (oversize request) leaves the request's payload unread on
@@ -640,19 +686,15 @@ class UcxChannel:
         from tensorweave.distributed import wire
 
         rid = next(self._ids)
-        answer = await self._request(conn, FETCH, rid, method, payload)
-        kind, length = answer[0], answer[1]
+        kind, length, n, slot = await self._request(conn, FETCH, rid, method, payload)
         if kind == ERROR:
-            body = bytearray(length)
-            await conn.recv(body, _tag(rid, _RESP_BODY))
-            self._drop_if_refused(conn, body)
-        if kind != FETCH_OK or answer[2] > _MAX_CHUNKS:
+            self._drop_if_refused(conn, await _recv_body(conn, slot, length, _tag(rid, _RESP_BODY)))
+        if kind != FETCH_OK or n > _MAX_CHUNKS:
             err = errors.DataLossError(f"ucx transport: {method}: malformed tensor answer from {self.address}")
             conn.fail(err)
             raise err
-        n = answer[2]
-        body = bytearray(length + n * _TABLE.size)
-        await conn.recv(body, _tag(rid, _RESP_BODY))
+        body = await _recv_body(conn, slot, length + n * _TABLE.size, _tag(rid, _RESP_BODY))
+        del slot
         head = memoryview(body)[:length]
         sizes = [s for (s,) in _TABLE.iter_unpack(memoryview(body)[length:])]
         try:

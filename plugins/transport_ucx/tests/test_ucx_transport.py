@@ -127,6 +127,42 @@ def test_unary_round_trip_through_a_dispatcher(serve, channels):
     assert ch2.call("Nothing", b"", timeout=10) == b""
 
 
+def test_payloads_straddling_the_inline_slot(serve, channels, monkeypatch):
+    """Requests, answers and tensors just under, at and just over what fits in one slot
+    (inline) go both ways: inline, or as the slot plus a message of their own."""
+    from tensorweave_ucx import transport as ucx_transport
+
+    inline = ucx_transport._INLINE
+    seen = set()  # (body length, came inline) of every payload received, both ends
+    recv_body = ucx_transport._recv_body
+
+    async def spy(conn, slot, length, tag):
+        seen.add((length, length <= inline))
+        return await recv_body(conn, slot, length, tag)
+
+    monkeypatch.setattr(ucx_transport, "_recv_body", spy)
+    sizes = [0, 1, inline - 1, inline, inline + 1, 3 * ucx_transport._SLOT]
+    arrays = {}
+
+    def stream(payload):
+        return wire.tensor_chunks(arrays[bytes(payload).decode()], chunk_bytes=1000)
+
+    server = serve(ServiceDispatcher(
+        {"Reverse": lambda p: bytes(p)[::-1], "Sized": lambda p: b"y" * int(bytes(p))}, {"Tensor": stream}),
+        Security(token="k" * (inline + 50)))  # the hello's token does not fit the slot either
+    ch = channels(server.address, Security(token="k" * (inline + 50)))
+    rng = np.random.default_rng(0)
+    for n in sizes:
+        payload = rng.integers(0, 256, n, dtype=np.uint8).tobytes()
+        assert ch.call("Reverse", payload, timeout=10) == payload[::-1], n
+        assert ch.call("Sized", str(n).encode(), timeout=10) == b"y" * n, n
+    head = len(next(wire.tensor_chunks(np.zeros(inline, np.uint8))))
+    for n in [0, 1, inline - head - 1, inline - head, inline - head + 1, 3 * ucx_transport._SLOT]:
+        arrays[str(n)] = rng.integers(0, 256, n, dtype=np.uint8)
+        np.testing.assert_array_equal(ch.fetch("Tensor", str(n).encode(), timeout=10), arrays[str(n)])
+    assert {(inline, True), (inline + 1, False), (inline + 50, False)} <= seen
+
+
 def test_fetch_64_mib_tensor_from_a_subprocess(peer, channels):
     address = peer(mib=64)
     ch = channels(address)
