@@ -647,12 +647,11 @@ class UcxChannel:
         large, never does)."""
         inline = len(payload) <= _INLINE
         request = _slot(kind, rid, len(payload), 0, method, payload if inline else b"")
-        # The answer's receive is posted first (the sends start when this task next waits):
-        # an answer that finds its receive posted skips UCX's unexpected-message queue.
-        answer = asyncio.ensure_future(_recv_slot(conn, _tag(rid, _RESP_HEAD), f"{method} answer"))
         conn.post(request)
         sending = None if inline else conn.post(payload, _tag(rid, _REQ_BODY))
-        akind, arid, length, aux, _, slot = await answer
+        # The answer's receive is posted before this task first waits, so before the sends
+        # start: an answer that finds its receive posted skips UCX's unexpected-message queue.
+        akind, arid, length, aux, _, slot = await _recv_slot(conn, _tag(rid, _RESP_HEAD), f"{method} answer")
         if sending is not None and akind != ERROR:
             await sending
         limit = self.security.max_message_bytes if akind != FETCH_OK else _MAX_TENSOR_HEAD
