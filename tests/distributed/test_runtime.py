@@ -193,3 +193,8 @@ def test_remote_master_service_runs_steps_for_a_thin_client(cluster):
         with pytest.raises(errors.InvalidArgumentError):
             sess.run(tw.check_numerics(tw.log(x), "neg"), {x: [-1.0, 1.0]})
         np.testing.assert_allclose(sess.run(v), [3, 6])  # still serving
+        # TF1 fetch semantics over RunStep too: NumPy scalars, a string scalar as bytes
+        # (trailing NULs kept: the server sends it as a string tensor, not a fixed-width 'S').
+        total, s = sess.run([tw.reduce_sum(v), tw.constant(b"ab\x00")])
+        assert type(total) is np.float32 and total == 9.0
+        assert type(s) is bytes and s == b"ab\x00"

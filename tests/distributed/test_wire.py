@@ -106,6 +106,14 @@ def test_strings_round_trip_as_object_arrays_of_bytes():
         _same(want, wire.assemble_tensor(wire.tensor_chunks(s)))
 
 
+def test_a_bytes_scalar_travels_as_a_0d_string_tensor():
+    """What ``sess.run`` returns for a scalar string (bytes) keeps its trailing NULs."""
+    for v in (b"ab\x00\x00", "x\u00e9"):
+        y = wire.decode_message(wire.encode_message({}, [v]))[1][0]
+        assert y.dtype == object and y.shape == ()
+        assert y[()] == (v.encode() if isinstance(v, str) else v)
+
+
 def test_scalars_empty_and_odd_layouts():
     base = np.arange(60, dtype=np.float32).reshape(3, 4, 5)
     cases = [np.array(3.5), np.float64(2.0), 7, np.zeros((0,), np.int32), np.zeros((4, 0, 2), np.float64),

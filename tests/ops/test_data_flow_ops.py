@@ -76,7 +76,8 @@ def test_handle_is_plain_data(sess):
     q = tw.FIFOQueue(3, tw.int32, shared_name="items")
     with tw.container("c1"):
         q2 = tw.FIFOQueue(3, tw.int32)
-    assert sess.run(q.queue_ref).item() == b":items"
+    handle = sess.run(q.queue_ref)
+    assert type(handle) is bytes and handle == b":items"
     assert queues.parse_handle(sess.run(q2.queue_ref)) == ("c1", "fifo_queue_1")
     tw.Session.reset("", ["c1"])
 

@@ -42,6 +42,27 @@ def test_fetch_structures(sess):
     assert sess.run(noop) is None
 
 
+def test_scalar_fetches_are_numpy_scalars_and_bytes_as_in_tf1(sess):
+    f = tw.constant(1.5)
+    i = tw.constant(np.int64(7))
+    b = tw.constant(True)
+    s = tw.constant(b"ab\x00")
+    v = tw.constant([1.0, 2.0])
+    p = tw.placeholder(tw.float32, [])
+    out = sess.run({"f": f, "i": i, "b": b, "s": s, "v": v, "p": p * 1.0, "fed": p}, {p: 2.5})
+    assert type(out["f"]) is np.float32 and out["f"] == 1.5
+    assert type(out["i"]) is np.int64 and out["i"] == 7
+    assert type(out["b"]) is np.bool_ and out["b"]
+    assert type(out["s"]) is bytes and out["s"] == b"ab\x00"
+    assert type(out["v"]) is np.ndarray and out["v"].shape == (2,)
+    assert type(out["p"]) is np.float32 and out["p"] == 2.5
+    assert type(out["fed"]) is np.float32 and out["fed"] == 2.5  # a fed scalar fetched back
+    empty = sess.run(tw.zeros([0]))  # rank >= 1 stays an array, even when empty
+    assert type(empty) is np.ndarray and empty.shape == (0,)
+    assert type(f.eval(session=sess)) is np.float32  # Tensor.eval goes through Session.run
+    assert type(sess.make_callable(p, [p])(3.0)) is np.float32
+
+
 def test_feeds_on_non_placeholders_cut_the_graph(sess):
     counter = tw.Variable(0, name="counter")
     sess.run(counter.initializer)

@@ -135,7 +135,13 @@ def _tensor_parts(value, what: str) -> tuple[dict, list]:
     """(header dict, payload buffers) of one tensor; numeric payloads are views, not copies."""
     if value is DEAD:
         return {"dtype": "float32", "shape": [0], "nbytes": 0, "dead": True}, []
-    arr = value if isinstance(value, np.ndarray) else np.asarray(value)
+    if isinstance(value, np.ndarray):
+        arr = value
+    elif isinstance(value, bytes | str):
+        # A fetched scalar string (bytes); np.asarray would make it dtype 'S' and drop trailing NULs.
+        arr = np.array(value, dtype=object)
+    else:
+        arr = np.asarray(value)
     if arr.dtype.kind in "OSU":
         return _string_parts(arr, what)
     try:

@@ -83,7 +83,16 @@ class _FetchMapper:
         if i is None:
             i = self._tindex[el] = len(self.tensors)
             self.tensors.append(el)
-        return lambda vals: vals[i]
+
+        def leaf(vals):
+            v = vals[i]
+            # TF1 fetch semantics: a 0-d result is a NumPy scalar (np.float32, np.int64,
+            # np.bool_), a scalar string is bytes; arrays of rank >= 1 are returned as is.
+            if type(v) is np.ndarray and not v.ndim:
+                return v[()]
+            return v
+
+        return leaf
 
     def build(self, values):
         return self._builder(values)
