@@ -18,6 +18,11 @@ transport named::
 
     python benchmarks/transfer.py --null-step --transports grpc,ucx --steps 500
 
+``--unary`` measures the latency of one small unary call (``--bytes`` each way, default 100;
+an ``Echo`` of the request) between two processes, median and p99 over ``--calls`` calls::
+
+    python benchmarks/transfer.py --unary --transports grpc,ucx --calls 3000
+
 Any transport registered with ``tensorweave_register_transports`` works here except ``inproc``
 (it cannot cross processes). The server processes are children of this one and always reaped.
 """
@@ -50,7 +55,7 @@ def _serve_transport(name: str, mib: int) -> None:
     from tensorweave.distributed import transport, wire
 
     arr = _payload(mib)
-    dispatcher = transport.ServiceDispatcher({}, {"RecvTensor": lambda payload: wire.tensor_chunks(arr)})
+    dispatcher = transport.ServiceDispatcher({"Echo": bytes}, {"RecvTensor": lambda payload: wire.tensor_chunks(arr)})
     server = transport.get_transport(name).server("127.0.0.1:0", dispatcher, transport.Security())
     print(server.address, flush=True)
     sys.stdin.read()
@@ -242,6 +247,32 @@ def bench_null_step(name: str, steps: int, warmup: int = 20) -> list[float]:
     return times[0] + times[1]
 
 
+def bench_unary(name: str, calls: int, nbytes: int) -> list[float]:
+    from tensorweave.distributed import transport
+
+    server = _ServerProcess(name, 0)
+    try:
+        ch = transport.get_transport(name).channel(server.address, transport.Security())
+        try:
+            request = bytes(range(256)) * (nbytes // 256) + bytes(nbytes % 256)
+            assert ch.call("Echo", request, timeout=60) == request, f"{name}: the echo differs"
+            return _time_rounds(lambda: ch.call("Echo", request, timeout=60), calls)
+        finally:
+            ch.close()
+    finally:
+        server.close()
+
+
+def unary_main(transports: list[str], calls: int, nbytes: int) -> None:
+    print(f"unary call of {nbytes} bytes each way between two processes on 127.0.0.1, {calls} calls "
+          f"({os.cpu_count()} CPUs)")
+    print(f"{'':10s} {'median us':>10s} {'p99 us':>8s}", flush=True)
+    for name in transports:
+        times = sorted(bench_unary(name, calls, nbytes))
+        p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
+        print(f"{name:10s} {statistics.median(times) * 1e6:10.0f} {p99 * 1e6:8.0f}", flush=True)
+
+
 def null_step_main(transports: list[str], steps: int) -> None:
     print(f"null step: assign_add of a scalar on /job:ps/task:0 from 2 workers, 2 client threads at once, "
           f"{steps} steps each ({os.cpu_count()} CPUs)")
@@ -262,7 +293,13 @@ def main() -> None:
     ap.add_argument("--null-step", action="store_true",
                     help="measure null-step latency instead (1 ps + 2 workers; also inproc and local)")
     ap.add_argument("--steps", type=int, default=500, help="null-step steps per client (default 500)")
+    ap.add_argument("--unary", action="store_true", help="measure small unary call latency instead")
+    ap.add_argument("--calls", type=int, default=3000, help="unary calls (default 3000)")
+    ap.add_argument("--bytes", type=int, default=100, help="unary request and answer size (default 100)")
     args = ap.parse_args()
+    if args.unary:
+        return unary_main(list(filter(None, (t.strip() for t in args.transports.split(",")))), args.calls,
+                          args.bytes)
     if args.null_step:
         return null_step_main(["inproc", *filter(None, (t.strip() for t in args.transports.split(",")))],
                               args.steps)
