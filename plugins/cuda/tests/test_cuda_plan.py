@@ -98,7 +98,8 @@ def test_broadcast_to_strides(shape, to):
 def test_launch_dims_cover_n(n):
     (gx, gy, gz), (bx, by, bz) = plan.launch_dims(n)
     assert (gy, gz, by, bz) == (1, 1, 1, 1) and bx == plan.BLOCK
-    assert 1 <= gx <= plan.MAX_GRID
+    assert gx >= 1, gx
+    assert gx <= plan.MAX_GRID, (gx, plan.MAX_GRID)
     assert gx * bx >= n or gx == plan.MAX_GRID  # the grid-stride loop covers the rest
 
 
