@@ -67,34 +67,37 @@ class FrameInfo:
         ``recv_frames``: recv node -> (frame name, "all" | "first" | "later" iterations). ``cond_recvs``: recv node -> frame name of the
         loop predicate it carries."""
         nodes = part.nodes
-        self.role = {}
+        # Per-node facts live on the nodes (one attribute read per activation at run time):
+        # role, f_out ((output index, ((consumer, input position), ...)), ...), f_ctrl (control
+        # consumers), f_nin (edges a non-Merge waits for), f_merge ((data inputs expected, control
+        # inputs)) for a Merge — a loop Merge expects one data input per iteration.
+        out_edges = {n: {} for n in nodes}
+        ctrl_out = {n: [] for n in nodes}
+        merge_data, merge_ctrl, loop_merge = dict.fromkeys(nodes, 0), dict.fromkeys(nodes, 0), set()
         for n in nodes:
-            self.role[n] = _ROLES.get(n.op.type, R_OP)
-        self.out_edges = {n: {} for n in nodes}      # node -> {output index: [(consumer, pos)]}
-        self.ctrl_out = {n: [] for n in nodes}       # node -> [consumer]
-        self.n_in = dict.fromkeys(nodes, 0)          # edges a non-Merge waits for
-        self.merge_data = dict.fromkeys(nodes, 0)    # Merge: data inputs; loop merges expect one
-        self.merge_ctrl = dict.fromkeys(nodes, 0)
-        self.loop_merge = set()
+            n.role = _ROLES.get(n.op.type, R_OP)
+            n.f_nin = 0
         for prod, k, cons, pos in edges:
             if k < 0:
-                self.ctrl_out[prod].append(cons)
+                ctrl_out[prod].append(cons)
             else:
-                self.out_edges[prod].setdefault(k, []).append((cons, pos))
-            if self.role[cons] == R_MERGE:
+                out_edges[prod].setdefault(k, []).append((cons, pos))
+            if cons.role == R_MERGE:
                 if k < 0:
-                    self.merge_ctrl[cons] += 1
+                    merge_ctrl[cons] += 1
                 else:
-                    self.merge_data[cons] += 1
-                    if self.role[prod] == R_NEXT:
-                        self.loop_merge.add(cons)
+                    merge_data[cons] += 1
+                    if prod.role == R_NEXT:
+                        loop_merge.add(cons)
             else:
-                self.n_in[cons] += 1
-        self.out_edges = {n: tuple(sorted(d.items())) for n, d in self.out_edges.items()}
+                cons.f_nin += 1
         self.enter_count: dict = {}
         self.enter_attrs = {}
         for n in nodes:
-            if self.role[n] == R_ENTER:
+            n.f_out = tuple(sorted(out_edges[n].items()))
+            n.f_ctrl = tuple(ctrl_out[n])
+            n.f_merge = ((1 if n in loop_merge else merge_data[n]), merge_ctrl[n]) if n.role == R_MERGE else None
+            if n.role == R_ENTER:
                 name = n.op.get_attr("frame_name")
                 self.enter_count[name] = self.enter_count.get(name, 0) + 1
                 self.enter_attrs[n] = (name, bool(n.op.get_attr("is_constant")),
@@ -109,20 +112,12 @@ class FrameInfo:
         for n, (f, which) in recv_frames.items():
             if f != ROOT:
                 self.anchored.setdefault(f, []).append((n, which))
-                self.n_in[n] += 1
+                n.f_nin += 1
         self.cond_of = dict(cond_recvs)          # node -> frame whose predicate it yields
         for n in nodes:
-            if self.role[n] == R_LOOPCOND:
+            if n.role == R_LOOPCOND:
                 self.cond_of[n] = None           # the frame of whatever iteration runs it
-        self.sources = [n for n in nodes if self.n_in[n] == 0 and self.role[n] != R_MERGE]
-        # The same facts on the nodes themselves: one attribute read per activation.
-        for n in nodes:
-            n.role = self.role[n]
-            n.f_out = self.out_edges[n]
-            n.f_ctrl = tuple(self.ctrl_out[n])
-            n.f_nin = self.n_in[n]
-            n.f_merge = ((1 if n in self.loop_merge else self.merge_data[n]), self.merge_ctrl[n]) \
-                if n.role == R_MERGE else None
+        self.sources = [n for n in nodes if n.f_nin == 0 and n.role != R_MERGE]
 
 
 class _Frame:
