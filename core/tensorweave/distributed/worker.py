@@ -385,12 +385,15 @@ class Worker:
         from tensorweave.passes.partition import Transfer
         from tensorweave.runtime.executor import CompiledPartition
 
-        if not isinstance(gd, dict) or not isinstance(gd.get("node"), list) \
-                or not all(isinstance(n, dict) for n in gd["node"]):
-            raise errors.InvalidArgumentError("RegisterGraph: a partition's graph_def must be {'node': [dicts]}")
+        # Validated against the op registry (plus the runtime's _Send/_Recv) before anything
+        # else reads it: a worker runs only registered ops.
+        try:
+            checked = wire.decode_graph_def(gd, reg.ops, feeds=feed_names)
+        except errors.InvalidArgumentError as e:
+            raise errors.InvalidArgumentError(f"RegisterGraph: the graph_def for {device.name}: {e.message}") from None
         nodes, recvs, sends = [], [], []
-        for n in gd["node"]:
-            if n.get("op") == "_Recv":
+        for n in checked["node"]:
+            if n["op"] == "_Recv":
                 attrs = _transfer_attrs(n, decode_attr)
                 recvs.append((n["name"], attrs))
                 if attrs.get("control"):
@@ -398,7 +401,7 @@ class Worker:
                 else:
                     nodes.append({"name": n["name"], "op": "Placeholder", "input": [],
                                   "attr": {"dtype": {"type": attrs["tensor_type"].name}, "shape": {"shape": None}}})
-            elif n.get("op") == "_Send":
+            elif n["op"] == "_Send":
                 sends.append(n)
             else:
                 nodes.append(n)
@@ -413,11 +416,9 @@ class Worker:
                 nodes.append({"name": src, "op": "Placeholder", "input": [],
                               "attr": {"dtype": {"type": dtypes.as_dtype(dt).name}, "shape": {"shape": None}}})
                 present.add(src)
-        # Validated against the op registry: a worker runs only registered ops.
-        checked = wire.decode_graph_def({"node": nodes}, reg.ops)
         g = Graph()
         with g.as_default():
-            import_graph_def(checked, name="")
+            import_graph_def({"node": nodes}, name="")
         by = g.get_operation_by_name
         transfer_ops = set()
         recv_transfers = []
@@ -433,19 +434,14 @@ class Worker:
         send_transfers = []
         for n in sends:
             a = _transfer_attrs(n, decode_attr)
-            inputs = n.get("input")
-            if not (isinstance(inputs, list) and len(inputs) == 1 and isinstance(inputs[0], str)):
-                raise errors.InvalidArgumentError(f"RegisterGraph: _Send node {n.get('name')!r} needs exactly one input")
-            inp = inputs[0]
+            if len(n["input"]) != 1:
+                raise errors.InvalidArgumentError(f"RegisterGraph: _Send node {n['name']!r} needs exactly one input")
+            inp = n["input"][0]  # wire checked it names a node of this graph
             dst = self.device(a["recv_device"])
-            try:
-                if inp.startswith("^"):
-                    tr = Transfer(None, device, dst, control_op=by(inp[1:]))
-                else:
-                    tr = Transfer(g.as_graph_element(inp), device, dst)
-            except (errors.NotFoundError, errors.InvalidArgumentError, ValueError, KeyError):
-                raise errors.InvalidArgumentError(
-                    f"RegisterGraph: _Send node {n.get('name')!r} sends {inp!r}, which is not in the graph") from None
+            if inp.startswith("^"):
+                tr = Transfer(None, device, dst, control_op=by(inp[1:]))
+            else:
+                tr = Transfer(g.as_graph_element(inp), device, dst)
             tr.frame, tr.iterations = a.get("frame_name", ""), a.get("iterations", "all")
             tr.cond_of, tr.key_name = a.get("loop_cond_of") or None, a["tensor_name"]
             send_transfers.append(tr)
@@ -575,21 +571,13 @@ class Worker:
 
 
 def _transfer_attrs(n: dict, decode_attr) -> dict:
-    """The checked attrs of a ``_Send``/``_Recv`` node (see passes/partition._transfer_attrs)."""
-    from tensorweave.framework import dtypes
-
-    name = n.get("name")
-    raw = n.get("attr")
-    if not isinstance(name, str) or not isinstance(raw, dict):
-        raise errors.InvalidArgumentError(f"RegisterGraph: malformed transfer node {str(n)[:120]}")
-    a = {k: decode_attr(v) for k, v in raw.items()}
+    """The attrs of a ``_Send``/``_Recv`` node that ``wire.decode_graph_def`` has checked (kinds,
+    required names, allowed values; see passes/partition._transfer_attrs); only emptiness is
+    left to refuse."""
+    a = {k: decode_attr(v) for k, v in n.get("attr", {}).items()}
     for k in ("tensor_name", "send_device", "recv_device"):
-        if not isinstance(a.get(k), str) or not a[k]:
-            raise errors.InvalidArgumentError(f"RegisterGraph: transfer node {name!r} needs a string attr {k!r}")
-    if not a.get("control") and not isinstance(a.get("tensor_type"), dtypes.DType):
-        raise errors.InvalidArgumentError(f"RegisterGraph: transfer node {name!r} needs a 'tensor_type'")
-    if a.get("iterations", "all") not in ("all", "first", "later"):
-        raise errors.InvalidArgumentError(f"RegisterGraph: transfer node {name!r}: bad 'iterations'")
+        if not a.get(k):
+            raise errors.InvalidArgumentError(f"RegisterGraph: transfer node {n['name']!r} needs a non-empty {k!r}")
     return a
 
 
