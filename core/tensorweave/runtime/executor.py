@@ -692,7 +692,7 @@ class CompiledPartition:
 
 
 # set while this thread runs an executor loop (shared with runtime/frames.py)
-from tensorweave.runtime.frames import _in_loop  # noqa: E402
+from tensorweave.runtime.frames import _in_loop, enter_loop, leave_loop  # noqa: E402
 
 
 class _DynamicState:
@@ -735,9 +735,7 @@ class _DynamicState:
             self._run_loop(queue)
 
     def _run_loop(self, queue):
-        outer = (getattr(_in_loop, "active", False), getattr(_in_loop, "state", None),
-                 getattr(_in_loop, "queue", None))
-        _in_loop.active, _in_loop.state, _in_loop.queue = True, self, queue
+        outer = enter_loop(self, queue)
         try:
             while queue:
                 n = queue.pop(0)
@@ -764,7 +762,7 @@ class _DynamicState:
                     self._fail(e, n)
                 self._dispatch(self._finish(n), queue)
         finally:
-            _in_loop.active, _in_loop.state, _in_loop.queue = outer
+            leave_loop(outer)
 
     def _make_done(self, n):
         called = threading.Lock()

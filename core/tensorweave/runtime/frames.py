@@ -411,9 +411,7 @@ class FrameState:
                 queue.append(item)
 
     def _run_loop(self, queue):
-        outer = (getattr(_in_loop, "active", False), getattr(_in_loop, "state", None),
-                 getattr(_in_loop, "queue", None))
-        _in_loop.active, _in_loop.state, _in_loop.queue = True, self, queue
+        outer = enter_loop(self, queue)
         errstate = np.errstate(all="ignore")  # once per loop, not per kernel (numpy's is costly)
         errstate.__enter__()
         try:
@@ -452,7 +450,7 @@ class FrameState:
                 self._finish(n, it, outputs, False, queue)
         finally:
             errstate.__exit__(None, None, None)
-            _in_loop.active, _in_loop.state, _in_loop.queue = outer
+            leave_loop(outer)
 
     def _run(self, n, it):
         vals = it.vals
@@ -572,4 +570,19 @@ class FrameState:
 
 
 _ASYNC = object()
+
+# Which executor loop this thread is running (shared with executor.py): an async completion
+# that arrives inside its own state's loop joins that loop's queue; inside another one's, it
+# goes to the pool instead of recursing.
 _in_loop = threading.local()
+
+
+def enter_loop(state, queue):
+    """Mark this thread as running ``state``'s loop over ``queue``; returns what to restore."""
+    outer = (getattr(_in_loop, "active", False), getattr(_in_loop, "state", None), getattr(_in_loop, "queue", None))
+    _in_loop.active, _in_loop.state, _in_loop.queue = True, state, queue
+    return outer
+
+
+def leave_loop(outer) -> None:
+    _in_loop.active, _in_loop.state, _in_loop.queue = outer
