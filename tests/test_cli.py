@@ -29,8 +29,13 @@ def test_plugins_lists_core_and_cpu():
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.splitlines()
     assert lines[0].split() == ["NAME", "DISTRIBUTION", "STATUS", "REGISTERED", "NOTE"]
-    core = next(ln for ln in lines if ln.startswith("tensorweave "))
+    # the core's own plugins, one per subsystem, listed like any other
+    core = next(ln for ln in lines if ln.startswith("tensorweave.ops "))
     assert f"tensorweave {tw.__version__}" in core and "loaded" in core and re.search(r"\d+ ops", core)
+    assert re.search(r"^tensorweave\.kernels\s.*\d+ kernels", proc.stdout, re.M)
+    assert re.search(r"^tensorweave\.passes\s.*5 passes", proc.stdout, re.M)
+    assert re.search(r"^tensorweave\.placer\s.*1 placer", proc.stdout, re.M)
+    assert re.search(r"^tensorweave\.transport\s.*1 transport", proc.stdout, re.M)
     cpu = next(ln for ln in lines if ln.startswith("cpu "))
     assert "tensorweave-cpu" in cpu and "loaded" in cpu
     assert re.search(r"\d+ kernels, 1 device type, 2 allocators", cpu)

@@ -74,6 +74,8 @@ def test_broken_plugin_is_reported_and_the_rest_still_load(tmp_path):
                      'raise ImportError("libfrobnicate.so.3: cannot open shared object file")\n')
     proc = run_python("""
         import json
+        import logging
+        logging.basicConfig(level=logging.DEBUG)  # the library only logs; the program decides what shows
         import tensorweave as tw
         from tensorweave import plugins
         info = {p.name: p for p in plugins.registry().plugins}
@@ -88,13 +90,68 @@ def test_broken_plugin_is_reported_and_the_rest_still_load(tmp_path):
     assert got["broken"][2] == "ImportError: libfrobnicate.so.3: cannot open shared object file"
     assert got["cpu"] == "loaded"
     assert got["out"] == [2.0, 4.0]
-    assert "'broken'" in proc.stderr and "libfrobnicate.so.3" in proc.stderr  # the loader's warning
+    # the loader's warning, and at DEBUG the traceback
+    assert "WARNING:tensorweave.plugins:" in proc.stderr and "'broken'" in proc.stderr
+    assert "libfrobnicate.so.3" in proc.stderr and "Traceback (most recent call last)" in proc.stderr
+    quiet = run_python("import tensorweave as tw; from tensorweave import plugins; plugins.registry()", site)
+    assert quiet.returncode == 0 and quiet.stderr == ""  # no logging configured: a library prints nothing
 
     cli = run_cli("plugins", site=site)
     assert cli.returncode == 0, cli.stderr
     line = next(ln for ln in cli.stdout.splitlines() if ln.startswith("broken "))
     assert "tw-broken 1.0" in line and "failed" in line and "libfrobnicate.so.3" in line
     assert "1 failed" in cli.stdout
+    assert "libfrobnicate" not in cli.stderr  # the table says it; the loader's warning would repeat it
+
+
+@pytest.mark.parametrize("source,hook,why", [
+    # a misspelled hook name, marked: it would load as "loaded" and register nothing
+    ("""
+        from tensorweave.plugins import hookimpl
+
+        @hookimpl
+        def tensorweave_register_kernel(registry):
+            registry.register("Add", "CPU", lambda x, y: x + y)
+    """, "tensorweave_register_kernel", "did you mean 'tensorweave_register_kernels'"),
+    # the same without the marker (pytest's rule: a function named like a hook is one)
+    ("""
+        def tensorweave_register_op(registry):
+            pass
+    """, "tensorweave_register_op", "did you mean 'tensorweave_register_ops'"),
+    # wrappers would silently do nothing: each plugin's registration hooks run on their own
+    ("""
+        from tensorweave.plugins import hookimpl
+
+        @hookimpl(wrapper=True)
+        def tensorweave_register_kernels(registry):
+            return (yield)
+    """, "tensorweave_register_kernels", "wrapper=True"),
+    ("""
+        from tensorweave.plugins import hookimpl
+
+        @hookimpl(tryfirst=True)
+        def tensorweave_register_ops(registry):
+            pass
+    """, "tensorweave_register_ops", "tryfirst=True"),
+])
+def test_invalid_hooks_are_errors_naming_the_plugin_and_hook(tmp_path, source, hook, why):
+    site = make_dist(tmp_path / "site", "tw-typo", "typo", "tw_typo_plugin", source)
+    cli = run_cli("plugins", site=site)
+    assert cli.returncode == 1, cli.stdout + cli.stderr
+    line = next(ln for ln in cli.stdout.splitlines() if ln.startswith("typo "))
+    assert "tw-typo 1.0" in line and "invalid" in line and hook in line and why in line
+    assert "plugin 'typo' (tw-typo 1.0) does not match tensorweave's hooks" in cli.stderr
+    # the others still load and work, and the invalid one registered nothing
+    proc = run_python("""
+        import json
+        import tensorweave as tw
+        from tensorweave import plugins
+        info = {p.name: p for p in plugins.registry().plugins}
+        with tw.Session() as s:
+            out = s.run(tw.add(1.0, 2.0))
+        print(json.dumps([info["typo"].status, info["typo"].registered, info["cpu"].status, float(out)]))
+    """, site)
+    assert last_json(proc) == ["invalid", {}, "loaded", 3.0]
 
 
 def test_two_distributions_with_the_same_kernel_key_conflict(tmp_path):

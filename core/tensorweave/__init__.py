@@ -15,6 +15,7 @@ programs that stick to implemented ops::
 from __future__ import annotations
 
 import importlib.metadata as _md
+import logging as _logging
 
 from tensorweave import plugins
 from tensorweave.framework import errors
@@ -27,17 +28,17 @@ from tensorweave.framework.graph import (
     Graph, GraphKeys, Operation, Tensor, convert_to_tensor, get_default_graph,
     register_tensor_conversion_function, reset_default_graph,
 )
-from tensorweave.framework.serialization import import_graph_def
+from tensorweave.framework.importer import import_graph_def
 from tensorweave.framework.tensor_shape import TensorShape
-from tensorweave import layers, python_io, train
+from tensorweave import distributed, layers, python_io, train  # distributed: the sessions for cluster targets
 from tensorweave.ops import nn
 from tensorweave.ops.init_ops import *  # noqa: F401,F403
 from tensorweave.ops.variable_scope import *  # noqa: F401,F403
 from tensorweave.ops.array_ops import *  # noqa: F401,F403  (each family lists its API in __all__)
-from tensorweave.ops.control_ops import group, no_op
+from tensorweave.ops.control_flow_ops import group, no_op
 from tensorweave.ops.control_flow_ops import case, cond, while_loop
 from tensorweave.ops.gradients import NotDifferentiable, RegisterGradient, gradients, no_gradient
-from tensorweave.ops.control_ops import tuple_ as tuple
+from tensorweave.ops.control_flow_ops import tuple_ as tuple
 from tensorweave.ops.accumulator_ops import ConditionalAccumulator
 from tensorweave.ops.data_flow_ops import FIFOQueue, QueueBase, RandomShuffleQueue, count_up_to
 from tensorweave.ops.io_ops import *  # noqa: F401,F403
@@ -50,7 +51,13 @@ from tensorweave.ops.variables import (
     local_variables, local_variables_initializer, trainable_variables, variables_initializer,
 )
 from tensorweave.runtime.config import ConfigProto, GPUOptions, GraphOptions, RunMetadata, RunOptions
-from tensorweave.runtime.session import InteractiveSession, Session, get_default_session
+from tensorweave.client.session import InteractiveSession, Session
+from tensorweave.framework.graph import get_default_session
+from tensorweave.runtime.device import create_local_devices
+
+# A library logs and lets the application decide what to show: nothing is printed unless the
+# program configures logging (`logging.basicConfig()`); the `tensorweave` command does.
+_logging.getLogger(__name__).addHandler(_logging.NullHandler())
 
 try:
     __version__ = _md.version("tensorweave")
@@ -108,8 +115,6 @@ def reset_container(containers=None):
 
 def list_devices(config=None):
     """The devices a new local Session would use."""
-    from tensorweave.runtime.device import create_local_devices
-
     return create_local_devices(config)
 
 

@@ -1,149 +1,79 @@
 """Plugin hooks, the hookimpl marker, and the plugin manager.
 
 Everything tensorweave can do is registered through the hooks declared here: the core's own
-ops, placers and passes come from a built-in plugin (``tensorweave.builtin``), exactly like a
-third-party plugin. Distributions advertise a module in the entry-point group ``tensorweave``::
+ops, kernels, passes, placer and in-process transport come from its built-in plugins
+(``tensorweave.builtin.*``, loaded first, like pytest's default plugins), exactly like a
+third-party plugin. Distributions advertise a module in the entry-point group
+``tensorweave``::
 
     [project.entry-points.tensorweave]
     cpu = "tensorweave_cpu.plugin"
 
 and implement any subset of the hooks with ``@tensorweave.plugins.hookimpl``. Plugins are
-loaded lazily, once per process, on first use (``registry()``). A plugin that fails to import
-is reported and the others still load; two distributions registering the same op, kernel key,
-device type, allocator or transport is a ``PluginConflictError`` naming both, unless the
-later one passes ``override=True``. ``TENSORWEAVE_DISABLE_PLUGINS=cpu,opencl`` (or ``*``)
-skips entry points by name.
+loaded lazily, once per process, on first use (``registry()``). Each hook is called through
+pluggy once per plugin, in load order, so everything a plugin registers is recorded under its
+distribution. A plugin that fails to import, or whose hooks do not match the hookspecs (a
+misspelled hook name, ``wrapper=True``), is reported — naming the plugin and the hook — and
+the others still load; two distributions registering the same op, kernel key, device type,
+allocator, transport, placer or pass is a ``PluginConflictError`` naming both, unless one
+passes ``override=True`` (``framework/registry.py``). ``TENSORWEAVE_DISABLE_PLUGINS=cpu,opencl``
+(or ``*``) skips entry points by name.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import difflib
+import importlib
 import importlib.metadata as md
+import logging
 import os
 import threading
 import traceback
-import warnings
-from typing import Any
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING
 
 import pluggy
 
 from tensorweave.framework import errors
+from tensorweave.framework.kernel_registry import KernelRegistry
 from tensorweave.framework.op_def import OpRegistry
+from tensorweave.framework.registry import CORE, Registry
+
+if TYPE_CHECKING:  # the hookspecs' parameter and return types
+    from tensorweave.runtime.device import DeviceFactory
 
 PROJECT = "tensorweave"
 hookspec = pluggy.HookspecMarker(PROJECT)
 hookimpl = pluggy.HookimplMarker(PROJECT)
 
+log = logging.getLogger(__name__)
 
-class Hookspecs:
-    """The hooks a tensorweave plugin may implement. Each receives a registry to fill."""
-
-    @hookspec
-    def tensorweave_register_ops(self, registry):
-        """Declare op definitions: ``registry.op(name, inputs=[...], outputs=[...], attrs=[...],
-        shape_fn=..., stateful=...)``; see :class:`tensorweave.framework.op_def.OpRegistry`.
-        Gradients are attached with ``registry.gradient(op_name)(fn)`` once autodiff exists."""
-
-    @hookspec
-    def tensorweave_register_kernels(self, registry):
-        """Register kernels: ``registry.register(op, device_type, fn)`` for a plain function of
-        the inputs, or ``@registry.kernel(op, device_type, constraints={"T": [...]})`` on a
-        factory ``factory(ctx) -> compute`` that is called once per node when a plan is built
-        (``ctx`` carries the node's attrs, dtypes, static shapes and device). Async kernels pass
-        ``is_async=True`` and get ``compute(step, done, *inputs)``. See
-        :class:`tensorweave.runtime.kernel_registry.KernelRegistry`."""
-
-    @hookspec
-    def tensorweave_device_factories(self):
-        """Return a list of :class:`tensorweave.runtime.device.DeviceFactory` objects, one per
-        device type the plugin provides. A factory enumerates the physical devices and creates
-        ``Device`` objects with full names such as ``/job:localhost/replica:0/task:0/device:CPU:0``."""
-
-    @hookspec
-    def tensorweave_register_allocators(self, registry):
-        """Register named allocators for a device type:
-        ``registry.register(device_type, name, factory)``; selectable in the session config."""
-
-    @hookspec
-    def tensorweave_register_transports(self, registry):
-        """Register named transports (``grpc``, ``ucx``, ...): ``registry.register(name, transport_cls)``
-        giving the server and client side of the worker service and the tensor channel."""
-
-    @hookspec
-    def tensorweave_register_placers(self, registry):
-        """Register placement algorithms: ``registry.register(name, placer)``; the core registers
-        its default placer under ``"default"``."""
-
-    @hookspec
-    def tensorweave_register_passes(self, registry):
-        """Register graph rewrite passes: ``registry.register(name, fn, order=..., stage=...)``;
-        ``fn(plan)`` runs on every new execution plan at its stage (``"prune"``,
-        ``"pre_placement"`` (default), ``"post_placement"``, ``"post_partition"``), in
-        increasing ``order`` within a stage. See :class:`PassRegistry` and docs/plugins.md."""
-
-    @hookspec
-    def tensorweave_plugin_status(self):
-        """Return a one-line status to show in ``tensorweave plugins`` (e.g. why a GPU plugin
-        registered nothing on this machine), or None."""
+# The core's own plugins, registered before any entry point, through the same hooks.
+CORE_PLUGINS = ("tensorweave.builtin.ops", "tensorweave.builtin.kernels", "tensorweave.builtin.passes",
+                "tensorweave.builtin.placer", "tensorweave.builtin.transport")
 
 
-class NamedRegistry:
-    """A name -> object table that remembers which distribution registered each entry."""
+class AllocatorRegistry(Registry):
+    """Named allocators per device type: ``register("CPU", "pool", factory)``, where
+    ``factory(device) -> Allocator``; chosen with ``ConfigProto(allocator={"CPU": "pool"})``."""
 
-    def __init__(self, kind: str):
-        self.kind = kind
-        self.source = PROJECT
-        self._items: dict[Any, Any] = {}
-        self._sources: dict[Any, str] = {}
-        self._overrides: set = set()
-
-    def register(self, name, obj, override: bool = False):
-        if name in self._overrides and not override:
-            return self._items[name]  # an override loaded first keeps its place
-        if override:
-            self._overrides.add(name)
-        if name in self._items and not override:
-            raise errors.PluginConflictError(
-                f"{self.kind} {name!r} is registered twice: by {self._sources[name]} and by "
-                f"{self.source}; pass override=True in the plugin that means to replace it")
-        self._items[name] = obj
-        self._sources[name] = self.source
-        return obj
-
-    def get(self, name):
-        try:
-            return self._items[name]
-        except KeyError:
-            known = ", ".join(map(str, sorted(self._items, key=str))) or "none"
-            raise errors.NotFoundError(
-                f"no {self.kind} named {name!r} is installed (known: {known}); see `tensorweave plugins`"
-            ) from None
-
-    def source_of(self, name) -> str:
-        return self._sources[name]
-
-    def __contains__(self, name):
-        return name in self._items
-
-    def items(self):
-        return self._items.items()
-
-    def names(self):
-        return list(self._items)
-
-    def __len__(self):
-        return len(self._items)
-
-
-class AllocatorRegistry(NamedRegistry):
-    def register(self, device_type, name=None, factory=None, override: bool = False):  # noqa: D401
-        return super().register((str(device_type).upper(), name), factory, override)
+    def register(self, device_type, name=None, factory=None, override: bool = False):
+        return self.claim((str(device_type).upper(), name), factory, override)
 
     def for_device(self, device_type: str) -> dict:
-        return {n: f for (dt, n), f in self._items.items() if dt == device_type.upper()}
+        return {n: f for (dt, n), f in self.items() if dt == device_type.upper()}
 
 
-class PassRegistry(NamedRegistry):
+class NamedRegistry(Registry):
+    """Transports and placers by name: ``register(name, obj)``."""
+
+    def register(self, name, obj, override: bool = False):
+        return self.claim(name, obj, override)
+
+
+class PassRegistry(Registry):
     """Graph passes by name: ``register(name, fn, order=100, stage="pre_placement")``.
 
     ``fn(plan)`` runs on every new execution plan, at its ``stage``: ``"prune"`` (choose the
@@ -159,17 +89,177 @@ class PassRegistry(NamedRegistry):
         if stage not in self.STAGES:
             raise errors.InvalidArgumentError(
                 f"graph pass {name!r} from {self.source}: unknown stage {stage!r}; stages are {list(self.STAGES)}")
-        return super().register(name, (order, fn, stage), override)
+        return self.claim(name, (order, fn, stage), override)
 
     def ordered(self, stage: str | None = None):
         """[(name, fn)] of one stage (all stages, in stage order, when None), in run order."""
         rank = {s: i for i, s in enumerate(self.STAGES)}
-        items = [(name, v) for name, v in self._items.items() if stage is None or v[2] == stage]
+        items = [(name, v) for name, v in self.items() if stage is None or v[2] == stage]
         items.sort(key=lambda kv: (rank[kv[1][2]], kv[1][0], kv[0]))
         return [(name, v[1]) for name, v in items]
 
     def stage_of(self, name) -> str:
-        return self._items[name][2]
+        return self.get(name)[2]
+
+
+class Hookspecs:
+    """The hooks a tensorweave plugin may implement.
+
+    Each registration hook receives a registry to fill and is called once per plugin, when
+    plugins load (first use of ``registry()``). A plugin implements any subset, as module-level
+    functions (or methods of a registered object) marked with ``@hookimpl`` and named exactly
+    as below; a function named ``tensorweave_*`` that matches no hook is an error naming the
+    plugin. ``wrapper``/``hookwrapper``/``tryfirst``/``trylast`` do not apply: what a plugin
+    registers is attributed to it alone, and conflicts are resolved by ``override=True``,
+    never by call order.
+    """
+
+    @hookspec
+    def tensorweave_register_ops(self, registry: OpRegistry) -> None:
+        """Declare ops (TensorFlow's ``REGISTER_OP`` notation) and their gradients.
+
+        Example::
+
+            @hookimpl
+            def tensorweave_register_ops(registry):
+                registry.op("TimesThree", inputs=["x: T"], outputs=["y: T"],
+                            attrs=["T: {float32, float64}"],
+                            shape_fn=lambda op: [op.inputs[0].shape])
+                registry.gradient("TimesThree")(lambda op, grad: [grad * 3.0])
+
+        See :class:`tensorweave.framework.op_def.OpRegistry` for the argument and attr syntax.
+        """
+
+    @hookspec
+    def tensorweave_register_kernels(self, registry: KernelRegistry) -> None:
+        """Register kernels: (op, device type, dtype constraints) -> implementation.
+
+        Example::
+
+            @hookimpl
+            def tensorweave_register_kernels(registry):
+                registry.register("TimesThree", "CPU", lambda x: x * 3)   # a plain function
+
+                @registry.kernel("MatMul", "MYDEV", constraints={"T": ["float32"]})
+                def matmul(ctx):                    # a factory, called once per node per plan
+                    ta = ctx.attrs["transpose_a"]
+                    return lambda a, b: my_gemm(a, b, ta)
+
+        ``is_async=True`` kernels get ``compute(step, done, *inputs)``; ``host_memory=("shape",)``
+        names inputs taken as host arrays on an accelerator; device type ``"*"`` means every
+        device. See :class:`tensorweave.framework.kernel_registry.KernelRegistry`.
+        """
+
+    @hookspec
+    def tensorweave_device_factories(self) -> list[DeviceFactory]:
+        """Return the device factories this plugin provides, one per device type.
+
+        Example::
+
+            @hookimpl
+            def tensorweave_device_factories():
+                return [MyDeviceFactory()]   # device_type = "MYDEV"
+
+        A factory enumerates the physical devices and creates ``Device`` objects with full
+        names such as ``/job:localhost/replica:0/task:0/device:MYDEV:0``
+        (:class:`tensorweave.runtime.device.DeviceFactory`). Return ``[]`` when the machine has
+        none (and say why in ``tensorweave_plugin_status``).
+        """
+
+    @hookspec
+    def tensorweave_register_allocators(self, registry: AllocatorRegistry) -> None:
+        """Register named allocators for a device type, selectable in the session config.
+
+        Example::
+
+            @hookimpl
+            def tensorweave_register_allocators(registry):
+                registry.register("MYDEV", "default", MyAllocator.for_device)
+                registry.register("MYDEV", "pool", MyPoolAllocator.for_device)
+
+        ``tw.ConfigProto(allocator={"MYDEV": "pool"})`` then picks the pool.
+        """
+
+    @hookspec
+    def tensorweave_register_transports(self, registry: NamedRegistry) -> None:
+        """Register named transports: the bytes layer of the worker service between processes.
+
+        Example::
+
+            @hookimpl
+            def tensorweave_register_transports(registry):
+                registry.register("mynet", MyNetTransport)
+
+        A transport implements :class:`tensorweave.distributed.transport.Transport`; a cluster
+        config names it (``transport = "mynet"``) and target strings use it (``mynet://host:port``).
+        """
+
+    @hookspec
+    def tensorweave_register_placers(self, registry: NamedRegistry) -> None:
+        """Register placement algorithms; ``ConfigProto(placer="name")`` picks one.
+
+        Example::
+
+            @hookimpl
+            def tensorweave_register_placers(registry):
+                registry.register("round_robin", RoundRobinPlacer())
+
+        A placer has ``place(nodes, devices, kernels, config, cost_model=..., feeds=...)`` returning
+        ``{node: device}``; the core registers the whitepaper's greedy placer as ``"default"``.
+        """
+
+    @hookspec
+    def tensorweave_register_passes(self, registry: PassRegistry) -> None:
+        """Register graph rewrite passes, run on every new execution plan at their stage.
+
+        Example::
+
+            @hookimpl
+            def tensorweave_register_passes(registry):
+                registry.register("fold_my_ops", fold_my_ops, order=50, stage="pre_placement")
+
+        ``fn(plan)`` rewrites the plan's private graph; stages are ``"prune"``,
+        ``"pre_placement"``, ``"post_placement"`` and ``"post_partition"`` (:class:`PassRegistry`,
+        docs/plugins.md).
+        """
+
+    @hookspec
+    def tensorweave_plugin_status(self) -> str | None:
+        """A one-line status shown by ``tensorweave plugins``, or None.
+
+        Example::
+
+            @hookimpl
+            def tensorweave_plugin_status():
+                return None if driver_found() else "no CUDA driver: libcuda.so.1 not found"
+        """
+
+    @hookspec
+    def tensorweave_doctor(self) -> list[tuple[str, str]]:
+        """Lines for ``tensorweave doctor`` about what this plugin needs from the machine.
+
+        Example::
+
+            @hookimpl
+            def tensorweave_doctor():
+                return [("OpenCL", "ICDs in /etc/OpenCL/vendors: pocl.icd; pyopencl 2024.2"),
+                        ("hint", "no OpenCL ICD: `apt-get install pocl-opencl-icd` ...")]
+
+        Each entry is (label, text); the label ``"hint"`` marks advice printed after the table.
+        Never change the machine here: report only.
+        """
+
+
+# hook name -> the Registries attribute its registry argument is
+_REGISTRATION_HOOKS = {
+    "tensorweave_register_ops": "ops",
+    "tensorweave_register_kernels": "kernels",
+    "tensorweave_register_allocators": "allocators",
+    "tensorweave_register_transports": "transports",
+    "tensorweave_register_placers": "placers",
+    "tensorweave_register_passes": "passes",
+}
+_HOOK_NAMES = [name for name in vars(Hookspecs) if name.startswith(f"{PROJECT}_")]
 
 
 @dataclasses.dataclass
@@ -180,7 +270,7 @@ class PluginInfo:
     distribution: str
     version: str
     module: str
-    status: str = "loaded"          # loaded | failed | disabled
+    status: str = "loaded"          # loaded | failed (import or registration) | invalid (hooks) | disabled
     error: str | None = None
     note: str | None = None
     registered: dict[str, int] = dataclasses.field(default_factory=dict)
@@ -194,70 +284,118 @@ class Registries:
     """Everything plugins registered, by kind; built once per process by ``registry()``."""
 
     def __init__(self):
-        from tensorweave.runtime.kernel_registry import KernelRegistry
-
         self.ops = OpRegistry()
         self.kernels = KernelRegistry()
-        self.device_factories: dict[str, Any] = {}
-        self.device_factory_sources: dict[str, str] = {}
+        self.device_factories = Registry("device type")
         self.allocators = AllocatorRegistry("allocator")
         self.transports = NamedRegistry("transport")
         self.placers = NamedRegistry("placer")
         self.passes = PassRegistry("graph pass")
         self.plugins: list[PluginInfo] = []
 
-    def _targets(self):
-        return {
-            "tensorweave_register_ops": self.ops,
-            "tensorweave_register_kernels": self.kernels,
-            "tensorweave_register_allocators": self.allocators,
-            "tensorweave_register_transports": self.transports,
-            "tensorweave_register_placers": self.placers,
-            "tensorweave_register_passes": self.passes,
-        }
+    def _tables(self) -> list[Registry]:
+        return [self.ops, self.kernels, self.device_factories, self.allocators, self.transports,
+                self.placers, self.passes]
 
-    def _sizes(self):
+    def _sizes(self) -> dict[str, int]:
         return {
             "ops": len(self.ops), "kernels": len(self.kernels), "devices": len(self.device_factories),
             "allocators": len(self.allocators), "transports": len(self.transports),
             "placers": len(self.placers), "passes": len(self.passes),
         }
 
-    def add_plugin(self, pm: pluggy.PluginManager, plugin, info: PluginInfo) -> None:
-        """Run one plugin's hooks against these registries, attributing what it adds."""
-        before = self._sizes()
-        label = info.label
-        impls = {hc.name: impl.function
-                 for hc in (pm.get_hookcallers(plugin) or [])
-                 for impl in hc.get_hookimpls() if impl.plugin is plugin}
+    @contextmanager
+    def registering_as(self, source: str) -> Iterator[None]:
+        """Attribute whatever is registered inside to ``source`` (a distribution label)."""
+        for table in self._tables():
+            table.source = source
         try:
-            for hook_name, target in self._targets().items():
-                fn = impls.get(hook_name)
-                if fn is None:
-                    continue
-                target.source = label
-                fn(registry=target)
-            fn = impls.get("tensorweave_device_factories")
-            for factory in (fn() if fn else None) or []:
-                dt = factory.device_type.upper()
-                if dt in self.device_factories:
-                    raise errors.PluginConflictError(
-                        f"device type {dt!r} is provided twice: by {self.device_factory_sources[dt]} "
-                        f"and by {label}")
-                self.device_factories[dt] = factory
-                self.device_factory_sources[dt] = label
-            fn = impls.get("tensorweave_plugin_status")
-            info.note = fn() if fn else None
+            yield
+        finally:
+            for table in self._tables():
+                table.source = CORE
+
+    def run_hooks(self, pm: pluggy.PluginManager, plugin, info: PluginInfo) -> None:
+        """Call one plugin's hooks, through pluggy, recording what it adds under its name."""
+        before = self._sizes()
+        others = [p for p in pm.get_plugins() if p is not plugin]
+
+        def call(hook_name, **kwargs):
+            return pm.subset_hook_caller(hook_name, others)(**kwargs)
+
+        try:
+            with self.registering_as(info.label):
+                for hook_name, attr in _REGISTRATION_HOOKS.items():
+                    call(hook_name, registry=getattr(self, attr))
+                for factories in call("tensorweave_device_factories"):
+                    for factory in factories or ():
+                        self.device_factories.claim(factory.device_type.upper(), factory)
+            notes = [n for n in call("tensorweave_plugin_status") if n]
+            info.note = notes[0] if notes else None
         except errors.PluginConflictError:
             raise
         except Exception as e:  # a broken plugin must not take the others down
             info.status = "failed"
             info.error = f"{type(e).__name__}: {e}"
-            warnings.warn(f"tensorweave plugin {info.name!r} ({label}) failed while registering: {info.error}",
-                          RuntimeWarning, stacklevel=2)
+            log.warning("tensorweave plugin %r (%s) failed while registering: %s", info.name, info.label, info.error)
+            log.debug("traceback of plugin %r", info.name, exc_info=True)
         after = self._sizes()
         info.registered = {k: after[k] - before[k] for k in after if after[k] != before[k]}
-        self.plugins.append(info)
+
+
+class _PluginManager(pluggy.PluginManager):
+    def parse_hookimpl_opts(self, plugin, name: str):
+        opts = super().parse_hookimpl_opts(plugin, name)
+        if opts is None and name.startswith(f"{PROJECT}_") and callable(getattr(plugin, name, None)):
+            # As pytest does: a function named like a hook is an implementation even without the
+            # marker, so a misspelled one is reported (check_pending) instead of silently ignored.
+            opts = {}
+        return opts
+
+
+def _hook_problem(pm: pluggy.PluginManager, plugin) -> str | None:
+    """Why ``plugin``'s hook implementations cannot be used, or None."""
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as e:
+        bad = next((hc.name for hc in pm.get_hookcallers(plugin) or () if not hc.has_spec()), None)
+        if bad is None:
+            return str(e)
+        near = difflib.get_close_matches(bad, _HOOK_NAMES, n=1)
+        return f"unknown hook {bad!r}" + (f" (did you mean {near[0]!r}?)" if near else "") + \
+            f"; tensorweave's hooks are: {', '.join(_HOOK_NAMES)}"
+    for hc in pm.get_hookcallers(plugin) or ():
+        for impl in hc.get_hookimpls():
+            if impl.plugin is not plugin:
+                continue
+            for opt in ("wrapper", "hookwrapper", "tryfirst", "trylast"):
+                if getattr(impl, opt, False):
+                    return (f"hook {hc.name!r} is marked {opt}=True; tensorweave calls each plugin's "
+                            "hooks once, on their own, so wrappers and call order do not apply "
+                            "(use override=True to replace another plugin's registration)")
+    return None
+
+
+def _add(pm: pluggy.PluginManager, reg: Registries, plugin, info: PluginInfo) -> PluginInfo:
+    """Register ``plugin`` with pluggy, check its hooks, and run them into ``reg``."""
+    try:
+        pm.register(plugin, name=info.name)
+    except (pluggy.PluginValidationError, ValueError) as e:  # bad hook arguments, or a name taken
+        return _reject(reg, info, "invalid", str(e))
+    problem = _hook_problem(pm, plugin)
+    if problem is not None:
+        pm.unregister(plugin)
+        return _reject(reg, info, "invalid", f"{info.name} ({info.label}): {problem}")
+    reg.run_hooks(pm, plugin, info)
+    reg.plugins.append(info)
+    return info
+
+
+def _reject(reg: Registries, info: PluginInfo, status: str, error: str) -> PluginInfo:
+    info.status, info.error = status, error
+    log.warning("tensorweave plugin %r (%s) is not loaded: %s", info.name, info.label, error)
+    reg.plugins.append(info)
+    return info
 
 
 _lock = threading.RLock()
@@ -276,11 +414,6 @@ def _dist_of(ep) -> tuple[str, str]:
 def _disabled() -> set[str]:
     raw = os.environ.get("TENSORWEAVE_DISABLE_PLUGINS", "")
     return {x.strip() for x in raw.split(",") if x.strip()}
-
-
-def plugin_manager() -> pluggy.PluginManager:
-    registry()
-    return _pm
 
 
 def registry() -> Registries:
@@ -303,18 +436,17 @@ def registry() -> Registries:
 
 
 def _load() -> tuple[Registries, pluggy.PluginManager]:
-    from tensorweave import builtin
-
-    pm = pluggy.PluginManager(PROJECT)
+    pm = _PluginManager(PROJECT)
     pm.add_hookspecs(Hookspecs)
     reg = Registries()
     core_version = _core_version()
-    pm.register(builtin, name=PROJECT)
-    reg.add_plugin(pm, builtin, PluginInfo(PROJECT, PROJECT, core_version, builtin.__name__))
+    for module_name in CORE_PLUGINS:
+        module = importlib.import_module(module_name)
+        _add(pm, reg, module, PluginInfo(module_name.replace(".builtin.", "."), PROJECT,
+                                         core_version, module_name))
 
     disabled = _disabled()
-    eps = sorted(md.entry_points(group=PROJECT), key=lambda e: e.name)
-    for ep in eps:
+    for ep in sorted(md.entry_points(group=PROJECT), key=lambda e: e.name):
         dist, version = _dist_of(ep)
         info = PluginInfo(ep.name, dist, version, ep.value)
         if "*" in disabled or ep.name in disabled:
@@ -324,17 +456,32 @@ def _load() -> tuple[Registries, pluggy.PluginManager]:
             continue
         try:
             module = ep.load()
-            pm.register(module, name=ep.name)
         except Exception as e:  # report which plugin and why, keep loading the rest
             info.status = "failed"
             info.error = f"{type(e).__name__}: {e}"
             info.note = traceback.format_exception_only(type(e), e)[-1].strip()
-            warnings.warn(f"tensorweave plugin {ep.name!r} ({dist}) failed to load: {info.error}",
-                          RuntimeWarning, stacklevel=3)
+            log.warning("tensorweave plugin %r (%s) failed to load: %s", ep.name, dist, info.error)
+            log.debug("traceback of plugin %r", ep.name, exc_info=True)
             reg.plugins.append(info)
             continue
-        reg.add_plugin(pm, module, info)
+        _add(pm, reg, module, info)
     return reg, pm
+
+
+def each_plugin(hook_name: str, **kwargs) -> list[tuple[PluginInfo, list]]:
+    """Call a hook on every loaded plugin separately: ``[(plugin info, its results)]``, in load
+    order (``tensorweave doctor`` asks each plugin for its lines this way)."""
+    registry()
+    with _lock:
+        plugins = {pm_name: p for pm_name, p in _pm.list_name_plugin()}
+        out = []
+        for info in _registries.plugins:
+            plugin = plugins.get(info.name)
+            if info.status != "loaded" or plugin is None:
+                continue
+            others = [p for p in plugins.values() if p is not plugin]
+            out.append((info, _pm.subset_hook_caller(hook_name, others)(**kwargs)))
+        return out
 
 
 def register_plugin(plugin, name: str | None = None, distribution: str | None = None) -> PluginInfo:
@@ -345,10 +492,8 @@ def register_plugin(plugin, name: str | None = None, distribution: str | None = 
     reg = registry()
     name = name or getattr(plugin, "__name__", type(plugin).__name__)
     with _lock:
-        _pm.register(plugin, name=name)
         info = PluginInfo(name, distribution or name, "", getattr(plugin, "__name__", name))
-        reg.add_plugin(_pm, plugin, info)
-    return info
+        return _add(_pm, reg, plugin, info)
 
 
 def _core_version() -> str:

@@ -1,10 +1,10 @@
 """``tw.python_io``: writing and reading record files from Python (TF1's ``tf.python_io``).
 
-The format and the code live in ``tensorweave.runtime.record_io``; this module is the
+The format and the code live in ``tensorweave.framework.record_io``; this module is the
 public namespace.
 """
 
-from tensorweave.runtime.record_io import (
+from tensorweave.framework.record_io import (
     TFRecordCompressionType,
     TFRecordOptions,
     TFRecordWriter,

@@ -121,7 +121,7 @@ def fake_net():
         yield "fake_net"
     finally:
         for name in names:
-            reg._items.pop(name, None)
+            reg._entries.pop(name, None)
             reg._sources.pop(name, None)
             reg._overrides.discard(name)
 

@@ -12,7 +12,7 @@ import tensorweave as tw
 from tensorweave import plugins
 from tensorweave.distributed import transport, wire
 from tensorweave.framework import dtypes
-from tensorweave.runtime.frames import DEAD
+from tensorweave.runtime.step import DEAD
 
 NUMERIC = [d for d in dtypes.ALL_DTYPES if not d.is_string]
 WIRE_ERRORS = (tw.errors.InvalidArgumentError, tw.errors.DataLossError, tw.errors.ResourceExhaustedError)

@@ -9,8 +9,7 @@ import numpy as np
 import pytest
 
 import tensorweave as tw
-from tensorweave.framework import errors
-from tensorweave.runtime import record_io
+from tensorweave.framework import errors, record_io
 
 
 def _mask(c):  # written out again here so the test does not trust the module's own helper

@@ -94,11 +94,11 @@ def test_edges_stay_uncompressed_where_a_device_has_no_kernel():
     x, n, a, y, z, m = _graph()
     kernels = plugins.registry().kernels
     key = (DECOMPRESS, "FAKE")
-    saved = kernels._by_key.pop(key)
+    saved = kernels._by_op_device.pop(key)
     try:
         vals = np.linspace(-1, 1, 1000, dtype=np.float32) * np.float32(np.pi)
         (vy,), md = _run(True, [y], {x: vals, n: [0, 0, 0, 0]})
     finally:
-        kernels._by_key[key] = saved
+        kernels._by_op_device[key] = saved
     np.testing.assert_array_equal(vy, vals)
     assert not any(nd["op"] in (COMPRESS, DECOMPRESS) for gd in md.partition_graphs for nd in gd["node"])

@@ -1,8 +1,8 @@
 import pytest
 
 import tensorweave as tw
+from tensorweave.framework.kernel_registry import KernelRegistry
 from tensorweave.passes.cost_model import CostModel
-from tensorweave.runtime.kernel_registry import KernelRegistry
 
 
 def test_output_bytes_from_static_shapes_and_unknown_dims():

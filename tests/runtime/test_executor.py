@@ -1,5 +1,6 @@
 """The executor: scheduling order, the thread-pool path, failures, memory accounting."""
 
+import logging
 import threading
 
 import numpy as np
@@ -84,10 +85,12 @@ def test_allocator_reports_in_use_and_peak():
         assert dev.allocator.bytes_in_use < stats["bytes_in_use"]
 
 
-def test_log_device_placement(capfd):
-    with tw.Session(config=tw.ConfigProto(log_device_placement=True)) as s:
-        s.run(tw.add(tw.constant(1.0), 2.0, name="the_add"))
-    assert "the_add: (Add): /job:localhost/replica:0/task:0/device:CPU:0" in capfd.readouterr().err
+def test_log_device_placement(caplog):
+    # logged through `logging` (logger "tensorweave.placement", INFO), as the library's other messages
+    with caplog.at_level(logging.INFO, logger="tensorweave.placement"):
+        with tw.Session(config=tw.ConfigProto(log_device_placement=True)) as s:
+            s.run(tw.add(tw.constant(1.0), 2.0, name="the_add"))
+    assert "the_add: (Add): /job:localhost/replica:0/task:0/device:CPU:0" in caplog.text
 
 
 def test_device_constraint_that_matches_nothing():

@@ -26,8 +26,14 @@ import json
 import math
 import os
 import re
-import sys
 
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10: the tomli backport, a dependency there
+    import tomli as tomllib
+
+from tensorweave import plugins
+from tensorweave.distributed.transport import Security, get_transport
 from tensorweave.framework import errors
 
 DEFAULT_TRANSPORT = "grpc"
@@ -354,8 +360,6 @@ class ClusterConfig:
         both get the token and the message size limit. Files are read here, so a missing one
         is an error when the server or session starts, naming the key and path.
         """
-        from tensorweave.distributed.transport import Security
-
         for j in (job_a, job_b):
             if j is not None:
                 self.spec._tasks(j)
@@ -584,30 +588,17 @@ def config_from_dict(obj: dict, *, source: str = "<dict>", base_dir: str | None 
                          max_message_bytes=max_bytes, task=task, source=source)
 
 
-def _toml_module():
-    if sys.version_info >= (3, 11):
-        import tomllib
-
-        return tomllib
-    try:
-        import tomli
-    except ImportError:  # pragma: no cover - it is a dependency on 3.10
-        raise errors.UnimplementedError("reading TOML on Python 3.10 needs `pip install tomli`") from None
-    return tomli
-
-
 def load_config(path) -> ClusterConfig:
     """Read a TOML cluster config; relative file paths in it are relative to its directory."""
     path = os.fspath(path)
-    toml = _toml_module()
     try:
         with open(path, "rb") as f:
-            data = toml.load(f)
+            data = tomllib.load(f)
     except FileNotFoundError:
         raise errors.NotFoundError(f"cluster config {path!r} does not exist") from None
     except OSError as e:
         raise errors.NotFoundError(f"cannot read cluster config {path!r}: {e.strerror or e}") from None
-    except toml.TOMLDecodeError as e:
+    except tomllib.TOMLDecodeError as e:
         raise errors.InvalidArgumentError(f"{path}: not valid TOML: {e}") from None
     return config_from_dict(data, source=path, base_dir=os.path.dirname(os.path.abspath(path)))
 
@@ -650,15 +641,11 @@ def check_transports(config: ClusterConfig, job: str | None = None) -> dict:
     NotFoundError naming it, where it is used (role and job pair) and the config — never a
     silent fallback to another transport.
     """
-    from tensorweave.distributed.transport import get_transport
-
     out = {}
     for name, uses in config.transports_used(job).items():
         try:
             out[name] = get_transport(name)
         except errors.NotFoundError as e:
-            from tensorweave import plugins
-
             installed = ", ".join(sorted(n for n, _ in plugins.registry().transports.items())) or "none"
             pairs = ", ".join(uses)
             raise errors.NotFoundError(

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import time
 
+from tensorweave.distributed import cluster as cl
 from tensorweave.framework import errors
 
 CONFIG_NAME = "cluster.toml"
@@ -253,8 +254,6 @@ def up(directory: str | None = None, *, workers: int = 2, ps: int = 1, transport
     ``python -m tensorweave worker``). On any failure every process already started is
     stopped, the pid file removed, and the error says which task failed with its log's tail.
     """
-    from tensorweave.distributed import cluster as cl
-
     directory = os.path.abspath(directory or default_dir())
     if workers < 1 or ps < 0:
         raise errors.InvalidArgumentError(f"need --workers >= 1 and --ps >= 0, got {workers} and {ps}")

@@ -27,9 +27,16 @@ from concurrent.futures import wait as wait_futures
 
 import numpy as np
 
+from tensorweave.client.plan import Plan
+from tensorweave.client.session import Session, register_session_factory
+from tensorweave.distributed import wire
+from tensorweave.distributed.transport import Security, get_transport
 from tensorweave.distributed.worker import RemoteDevice, task_of_device
 from tensorweave.framework import errors
-from tensorweave.runtime.session import Session, _Plan
+from tensorweave.framework import graph as graph_mod
+from tensorweave.passes.cost_model import CostModel
+from tensorweave.runtime.config import ConfigProto
+from tensorweave.runtime.containers import SessionResources
 
 _step_seed = random.SystemRandom()
 
@@ -44,8 +51,6 @@ class WorkerClient:
         self._old: list = []
 
     def call(self, method: str, header: dict, tensors=(), timeout=None):
-        from tensorweave.distributed import wire
-
         channel = self.channel
         try:
             data = channel.call(method, wire.encode_message(header, list(tensors)), timeout)
@@ -65,12 +70,10 @@ class WorkerClient:
         self._old.clear()
 
 
-class _RemotePlan(_Plan):
+class _RemotePlan(Plan):
     """A plan whose partitions run on the workers of a cluster."""
 
     def _compile(self, parts, placement, reg, session):
-        from tensorweave.distributed import wire
-
         fed = set(self.feeds)
         by_task: dict = {}
         for dev, p in parts.items():
@@ -107,12 +110,6 @@ class DistributedSession(Session):
     _plan_class = _RemotePlan
 
     def __init__(self, target=None, graph=None, config=None, cluster=None, transport=None, security=None):
-        from tensorweave.distributed.transport import Security, get_transport
-        from tensorweave.framework import graph as graph_mod
-        from tensorweave.passes.cost_model import CostModel
-        from tensorweave.runtime.config import ConfigProto
-        from tensorweave.runtime.containers import SessionResources
-
         self._graph = graph if graph is not None else graph_mod.get_default_graph()
         self._config = config or ConfigProto()
         self._id = next(_session_counter)
@@ -143,7 +140,6 @@ class DistributedSession(Session):
             # Ask the task at the target which cluster it belongs to.
             ch = self._transport.channel(address, self._security)
             try:
-                from tensorweave.distributed import wire
                 header, _ = wire.decode_response(ch.call("GetStatus", wire.encode_message({}), 30.0))
             finally:
                 ch.close()
@@ -432,3 +428,9 @@ def _health_timeout(cfg) -> float | None:
 def _health_interval(cfg) -> float:
     v = getattr(cfg, "health_check_interval", None)
     return float(v) if v is not None else 1.0
+
+
+# tw.Session("grpc://host:port"), "ucx://...", or tw.Session(cluster_config): the master in the client.
+register_session_factory("cluster (master in the client)",
+                         lambda target, config: not getattr(config, "use_remote_master", False),
+                         DistributedSession)

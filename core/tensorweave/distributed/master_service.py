@@ -16,10 +16,23 @@ stops.
 from __future__ import annotations
 
 import itertools
+import os
 import threading
 
+import numpy as np
+
+from tensorweave import plugins
+from tensorweave.client.plan import FetchMapper, convert_feed_value
+from tensorweave.client.session import Session, register_session_factory
+from tensorweave.distributed import wire
+from tensorweave.distributed.master import DistributedSession
+from tensorweave.distributed.transport import Security, get_transport, guarded
 from tensorweave.framework import errors
-from tensorweave.runtime.session import Session
+from tensorweave.framework import graph as graph_mod
+from tensorweave.framework.graph import Graph
+from tensorweave.framework.importer import import_graph_def
+from tensorweave.framework.serialization import graph_to_dict
+from tensorweave.runtime.config import RunOptions
 
 MAX_SESSIONS = 256
 
@@ -35,17 +48,10 @@ class MasterService:
         self._lock = threading.Lock()
 
     def handlers(self) -> dict:
-        from tensorweave.distributed.transport import guarded
-
         return {"CreateSession": guarded(self.create_session), "ExtendSession": guarded(self.extend_session),
                 "RunStep": guarded(self.run_step), "CloseSession": guarded(self.close_session)}
 
     def _graph(self, gd):
-        from tensorweave import plugins
-        from tensorweave.distributed import wire
-        from tensorweave.framework.graph import Graph
-        from tensorweave.framework.serialization import import_graph_def
-
         checked = wire.decode_graph_def(gd, plugins.registry().ops)
         g = Graph()
         with g.as_default():
@@ -53,15 +59,11 @@ class MasterService:
         return g
 
     def _new_session(self, gd):
-        from tensorweave.distributed.master import DistributedSession
-
         srv = self._server
         return DistributedSession(None, graph=self._graph(gd), cluster=srv.worker.cluster,
                                   transport=srv._control.name, security=srv._security)
 
     def create_session(self, payload: bytes) -> bytes:
-        from tensorweave.distributed import wire
-
         header, _ = wire.decode_message(payload)
         with self._lock:
             if len(self._sessions) >= MAX_SESSIONS:
@@ -82,8 +84,6 @@ class MasterService:
         return handle, sess
 
     def extend_session(self, payload: bytes) -> bytes:
-        from tensorweave.distributed import wire
-
         header, _ = wire.decode_message(payload)
         handle, old = self._lookup(header)
         new = self._new_session(header.get("graph_def"))
@@ -93,9 +93,6 @@ class MasterService:
         return wire.encode_response({})
 
     def run_step(self, payload: bytes) -> bytes:
-        from tensorweave.distributed import wire
-        from tensorweave.runtime.config import RunOptions
-
         header, tensors = wire.decode_message(payload, copy=True)
         _, sess = self._lookup(header)
         feeds, fetches, targets = header.get("feeds", []), header.get("fetches", []), header.get("targets", [])
@@ -113,8 +110,6 @@ class MasterService:
         return wire.encode_response({"fetches": fetches}, list(values[:len(fetches)]))
 
     def close_session(self, payload: bytes) -> bytes:
-        from tensorweave.distributed import wire
-
         header, _ = wire.decode_message(payload)
         with self._lock:
             sess = self._sessions.pop(header.get("session"), None)
@@ -134,11 +129,6 @@ class RemoteMasterSession(Session):
     """The client side: a Session whose master is a server's master service."""
 
     def __init__(self, target: str, graph=None, config=None, security=None):
-        import os
-
-        from tensorweave.distributed.transport import Security, get_transport
-        from tensorweave.framework import graph as graph_mod
-
         scheme, sep, address = target.partition("://")
         if not sep:
             raise errors.InvalidArgumentError(f"session target {target!r}: expected 'grpc://host:port'")
@@ -162,13 +152,9 @@ class RemoteMasterSession(Session):
     sess_str = property(lambda self: self._target)
 
     def _call(self, method, header, tensors=()):
-        from tensorweave.distributed import wire
-
         return wire.decode_response(self._channel.call(method, wire.encode_message(header, list(tensors)), None))
 
     def _sync_graph(self):
-        from tensorweave.framework.serialization import graph_to_dict
-
         if self._version == self._graph._version:
             return
         gd = graph_to_dict(self._graph)
@@ -180,19 +166,15 @@ class RemoteMasterSession(Session):
         self._version = self._graph._version
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
-        import numpy as np
-
-        from tensorweave.runtime.session import _convert_feed_value, _FetchMapper
-
         if self._closed:
             raise errors.FailedPreconditionError("attempted to use a closed Session")
-        mapper = _FetchMapper(self._graph, fetches)
+        mapper = FetchMapper(self._graph, fetches)
         self._sync_graph()
         feeds, values = [], []
         for k, v in (feed_dict or {}).items():
             t = self._graph.as_graph_element(k, allow_operation=False)
             feeds.append(t.name)
-            values.append(np.asarray(_convert_feed_value(v, t)))
+            values.append(np.asarray(convert_feed_value(v, t)))
         header = {"session": self._handle, "feeds": feeds, "fetches": [t.name for t in mapper.tensors],
                   "targets": [op.name for op in mapper.targets]}
         if options is not None and options.timeout_in_ms:
@@ -211,3 +193,9 @@ class RemoteMasterSession(Session):
                 pass
         self._channel.close()
 
+
+
+# tw.Session(target, config=ConfigProto(use_remote_master=True)): the master in a server.
+register_session_factory("remote master service",
+                         lambda target, config: getattr(config, "use_remote_master", False),
+                         RemoteMasterSession)

@@ -12,6 +12,10 @@ from __future__ import annotations
 
 import threading
 
+from tensorweave.distributed import wire
+from tensorweave.distributed.cluster import check_transports
+from tensorweave.distributed.master import _cluster_dict, _normalise_cluster
+from tensorweave.distributed.master_service import MasterService
 from tensorweave.distributed.transport import Security, get_transport
 from tensorweave.distributed.worker import Worker
 from tensorweave.framework import errors
@@ -22,7 +26,6 @@ class Server:
 
     def __init__(self, cluster, job_name: str, task_index: int = 0, transport: str | None = None,
                  config=None, start: bool = True, security: Security | None = None):
-        from tensorweave.distributed.master import _cluster_dict, _normalise_cluster
 
         self._config = cluster if hasattr(cluster, "transport_for") else None
         self._cluster = _normalise_cluster(_cluster_dict(cluster))
@@ -37,7 +40,6 @@ class Server:
         # Every transport the config names for a pair with this job must exist now: an error
         # naming it and where it is used, never a silent fallback.
         if self._config is not None and transport is None:
-            from tensorweave.distributed.cluster import check_transports
             check_transports(self._config, self.job_name)
         else:
             for j in {j for j, _ in self._cluster}:
@@ -54,7 +56,6 @@ class Server:
                                for j in {j for j, _ in self._cluster}}
         self._server = None
         self._tensor_servers: dict = {}
-        from tensorweave.distributed.master_service import MasterService
         self._master = MasterService(self)
         self._stopped = threading.Event()
         if start:
@@ -97,8 +98,6 @@ class Server:
             return ch
 
     def _tensor_address(self, job, task, address, control, tensors, security) -> str:
-        from tensorweave.distributed import wire
-
         ch = get_transport(control).channel(address, security)
         try:
             header, _ = wire.decode_response(ch.call("GetStatus", wire.encode_message({}), 30.0))
@@ -133,7 +132,6 @@ class Server:
         status = dispatcher.handlers["GetStatus"]
 
         def get_status(payload):  # the cluster too, so a client needs only one address
-            from tensorweave.distributed import wire
             try:
                 header, tensors = wire.decode_response(status(payload))
             except errors.OpError as e:  # a bad request: answered, never raised into the transport

@@ -25,6 +25,11 @@ import threading
 import time
 import weakref
 
+from tensorweave.distributed import wire
+from tensorweave.distributed.cluster import config_from_dict, load_config
+from tensorweave.distributed.launcher import pick_ports
+from tensorweave.distributed.server import Server
+from tensorweave.distributed.transport import get_transport
 from tensorweave.framework import errors
 
 _SERVE = "import sys; from tensorweave.distributed.testing import serve; serve(*sys.argv[1:])"
@@ -35,8 +40,6 @@ _LIVE: weakref.WeakSet = weakref.WeakSet()
 def free_ports(n: int, host: str = "127.0.0.1") -> list[int]:
     """``n`` distinct free ports, outside the range the OS hands to outgoing connections
     (``launcher.pick_ports``), so none is taken before its task binds it."""
-    from tensorweave.distributed.launcher import pick_ports
-
     return pick_ports(n, host)
 
 
@@ -53,8 +56,6 @@ class LocalCluster:
                  token: str | None = None, tls: dict | None = None, directory: str | None = None,
                  host: str = "127.0.0.1", start_timeout: float = 60.0, env: dict | None = None,
                  extra: dict | None = None):
-        from tensorweave.distributed.cluster import config_from_dict
-        from tensorweave.distributed.transport import get_transport
 
         if transport == "inproc":
             raise errors.InvalidArgumentError(
@@ -157,9 +158,6 @@ class LocalCluster:
 
     def health(self, job: str, task: int = 0, timeout: float = 2.0) -> dict:
         """The task's ``Health`` answer (a fresh channel); raises the transport's tw error."""
-        from tensorweave.distributed import wire
-        from tensorweave.distributed.transport import get_transport
-
         ch = get_transport(self.transport).channel(self.address(job, task), self.security())
         try:
             header, _ = wire.decode_response(ch.call("Health", wire.encode_message({}), timeout))
@@ -261,9 +259,6 @@ def _close_all():
 def serve(config_path: str, job: str, task: str) -> None:
     """A task process: serve ``/job:<job>/task:<task>`` of the cluster in ``config_path``
     until SIGTERM/SIGINT, or until the process that started it is gone."""
-    from tensorweave.distributed.cluster import load_config
-    from tensorweave.distributed.server import Server
-
     stop = threading.Event()
     for sig in (signal.SIGTERM, signal.SIGINT):
         signal.signal(sig, lambda *_: stop.set())

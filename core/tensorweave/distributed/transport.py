@@ -14,7 +14,7 @@ A transport (registered with ``tensorweave_register_transports(registry)`` as
   ``Server.stop(grace=None)`` stops it.
 * ``channel(address, security) -> Channel``: a client connection to a server. A channel
   has ``call(method, payload, timeout) -> bytes`` for unary requests and
-  ``fetch(method, payload, timeout) -> ndarray`` (or ``frames.DEAD``) for a tensor: the server side
+  ``fetch(method, payload, timeout) -> ndarray`` (or ``step.DEAD``) for a tensor: the server side
   produces it with ``dispatcher.stream(method, payload)``, an iterator of byte chunks
   (the first is a wire tensor header, see ``wire.decode_tensor_header``), and the channel
   assembles the chunks into one preallocated buffer of the size the header announces —
@@ -41,6 +41,8 @@ import dataclasses
 import itertools
 import threading
 
+from tensorweave import plugins
+from tensorweave.distributed import wire
 from tensorweave.framework import errors
 
 
@@ -81,16 +83,12 @@ class ServiceDispatcher:
     def call(self, method: str, payload: bytes) -> bytes:
         fn = self.handlers.get(method)
         if fn is None:
-            from tensorweave.distributed import wire
-
             return wire.encode_error(errors.UnimplementedError(f"unknown method {method!r}"))
         return fn(payload)
 
     def stream(self, method: str, payload: bytes):
         fn = self.streams.get(method)
         if fn is None:
-            from tensorweave.distributed import wire
-
             return iter([wire.encode_error(errors.UnimplementedError(f"unknown stream method {method!r}"))])
         return fn(payload)
 
@@ -99,7 +97,6 @@ def guarded(fn):
     """A request handler that answers every failure with an error response: a bad request
     gets a ``tw.errors`` reply and never takes the server (or its transport thread) down."""
     def handle(payload):
-        from tensorweave.distributed import wire
         try:
             return fn(payload)
         except errors.OpError as e:
@@ -156,8 +153,6 @@ class InProcChannel:
         return self._dispatcher().call(method, bytes(payload))
 
     def fetch(self, method: str, payload: bytes, timeout: float | None = None):
-        from tensorweave.distributed import wire
-
         chunks = self._dispatcher().stream(method, bytes(payload))
         return wire.assemble_tensor(chunks)
 
@@ -179,8 +174,6 @@ class InProcTransport:
 
 def get_transport(name: str):
     """The registered transport ``name`` (an instance), or an error naming what is installed."""
-    from tensorweave import plugins
-
     reg = plugins.registry().transports
     try:
         cls = reg.get(name)

@@ -17,7 +17,7 @@ Tensor frame (also the first chunk of a streamed tensor, then its payload in chu
 
 All integers are little-endian. A numeric payload is the C-order element bytes,
 ``nbytes == prod(shape) * itemsize``. A string payload is ``u32 count | count x u64 length |
-the bytes``. A dead tensor (control flow, ``runtime.frames.DEAD``) has ``"dead": true`` and
+the bytes``. A dead tensor (control flow, ``runtime.step.DEAD``) has ``"dead": true`` and
 no payload. In a message each tensor header is padded with spaces so its payload starts
 16-byte aligned relative to the message start, which keeps zero-copy arrays aligned.
 
@@ -43,10 +43,11 @@ import struct
 
 import numpy as np
 
+from tensorweave import plugins
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework import serialization as _ser
 from tensorweave.framework.op_def import AttrDef, OpRegistry
-from tensorweave.runtime.frames import DEAD
+from tensorweave.runtime.step import DEAD
 
 MESSAGE_MAGIC = b"TWM1"
 TENSOR_MAGIC = b"TWT1"
@@ -542,8 +543,6 @@ _KIND_OF = {"type": "type", "int": "i", "float": "f", "bool": "b", "string": "s"
 
 def _ops_of(registry):
     if registry is None:
-        from tensorweave import plugins
-
         registry = plugins.registry()
     return getattr(registry, "ops", registry)
 

@@ -26,8 +26,20 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from tensorweave.framework import errors
+from tensorweave import plugins
+from tensorweave.distributed import wire
+from tensorweave.distributed.transport import ServiceDispatcher, guarded
+from tensorweave.framework import dtypes, errors
 from tensorweave.framework.device_spec import DeviceSpec
+from tensorweave.framework.graph import Graph
+from tensorweave.framework.importer import import_graph_def
+from tensorweave.framework.serialization import decode_attr
+from tensorweave.passes.partition import LoopSpec, Transfer
+from tensorweave.runtime.config import ConfigProto
+from tensorweave.runtime.containers import SessionResources
+from tensorweave.runtime.device import Allocator, create_local_devices
+from tensorweave.runtime.executor import CompiledPartition
+from tensorweave.runtime.step import DEAD, StepContext
 
 # How long a RecvTensor waits for its value before giving up (a step's own timeout or an
 # abort normally ends the wait much earlier).
@@ -54,8 +66,6 @@ class RemoteDevice:
     host_tensors = True
 
     def __init__(self, name: str, device_type: str, memory_limit=None, description: str = ""):
-        from tensorweave.runtime.device import Allocator
-
         self.name = name
         self.spec = DeviceSpec.from_string(name)
         self.device_type = device_type
@@ -213,9 +223,6 @@ class Worker:
 
     def __init__(self, job: str, task: int, channel_for=None, config=None, devices=None,
                  max_message_bytes: int | None = None, drop_channel=None):
-        from tensorweave.runtime.config import ConfigProto
-        from tensorweave.runtime.containers import SessionResources
-        from tensorweave.runtime.device import create_local_devices
 
         self.job, self.task = job, int(task)
         self.prefix = task_prefix(job, self.task)
@@ -261,8 +268,6 @@ class Worker:
 
     def pull(self, rv: WorkerRendezvous, key: str, src_device: str, callback) -> None:
         """Fetch ``key`` of step ``rv.step_id`` from the task that owns ``src_device``."""
-        from tensorweave.distributed import wire
-
         job, task = task_of_device(src_device)
         callback = _Once(callback)
         if not rv.track_pull(callback):
@@ -299,8 +304,6 @@ class Worker:
 
     # --- the service ------------------------------------------------------------------------
     def dispatcher(self, token=None):
-        from tensorweave.distributed.transport import ServiceDispatcher, guarded
-
         handlers = {
             "GetStatus": self.get_status, "RegisterGraph": self.register_graph,
             "DeregisterGraph": self.deregister_graph, "RunGraph": self.run_graph,
@@ -311,16 +314,12 @@ class Worker:
                                  {"RecvTensor": self.recv_tensor}, token=token)
 
     def get_status(self, payload: bytes) -> bytes:
-        from tensorweave.distributed import wire
-
         wire.decode_message(payload, self.max_message_bytes)
         return wire.encode_response({"job": self.job, "task": self.task, "devices": [
             {"name": d.name, "device_type": d.device_type, "memory_limit": d.memory_limit,
              "description": getattr(d, "description", "")} for d in self.devices]})
 
     def health(self, payload: bytes) -> bytes:
-        from tensorweave.distributed import wire
-
         wire.decode_message(payload, self.max_message_bytes)
         with self._lock:
             running = self.running_steps
@@ -328,8 +327,6 @@ class Worker:
                                      "running_steps": running})
 
     def reset_containers(self, payload: bytes) -> bytes:
-        from tensorweave.distributed import wire
-
         header, _ = wire.decode_message(payload, self.max_message_bytes)
         containers = header.get("containers")
         if containers is not None and not (isinstance(containers, list) and all(isinstance(c, str) for c in containers)):
@@ -339,9 +336,6 @@ class Worker:
         return wire.encode_response({})
 
     def register_graph(self, payload: bytes) -> bytes:
-        from tensorweave import plugins
-        from tensorweave.distributed import wire
-
         header, _ = wire.decode_message(payload, self.max_message_bytes)
         parts = header.get("partitions")
         if not isinstance(parts, list) or not parts:
@@ -378,13 +372,6 @@ class Worker:
     def _compile(self, device, gd, feed_names, feed_types, fetch_names, loops, reg):
         """Rebuild one partition from its GraphDef: its ``_Recv`` nodes become placeholders
         the executor fills from the rendezvous, its ``_Send`` nodes Transfers."""
-        from tensorweave.distributed import wire
-        from tensorweave.framework import dtypes
-        from tensorweave.framework.graph import Graph
-        from tensorweave.framework.serialization import decode_attr, import_graph_def
-        from tensorweave.passes.partition import Transfer
-        from tensorweave.runtime.executor import CompiledPartition
-
         # Validated against the op registry (plus the runtime's _Send/_Recv) before anything
         # else reads it: a worker runs only registered ops.
         try:
@@ -456,8 +443,6 @@ class Worker:
         return cp, feeds, fetches
 
     def deregister_graph(self, payload: bytes) -> bytes:
-        from tensorweave.distributed import wire
-
         header, _ = wire.decode_message(payload, self.max_message_bytes)
         handle = header.get("handle")
         if not isinstance(handle, str):
@@ -466,8 +451,6 @@ class Worker:
         return wire.encode_response({})
 
     def run_graph(self, payload: bytes) -> bytes:
-        from tensorweave.distributed import wire
-
         header, tensors = wire.decode_message(payload, self.max_message_bytes, copy=True)  # kernels may keep or update them
         handle = header.get("handle")
         g = self._graphs.get(handle) if isinstance(handle, str) else None
@@ -488,9 +471,6 @@ class Worker:
                 self.running_steps -= 1
 
     def _run_graph(self, g, step_id, tensors, timeout) -> bytes:
-        from tensorweave.distributed import wire
-        from tensorweave.runtime.executor import StepContext
-
         rv = self.rendezvous(step_id)
         step = StepContext(step_id, rv, None, None, None)
         states, results, err = [], [None] * len(g.partitions), None
@@ -513,8 +493,6 @@ class Worker:
         return wire.encode_response({"fetches": g.fetch_names}, out)
 
     def abort_step(self, payload: bytes) -> bytes:
-        from tensorweave.distributed import wire
-
         header, _ = wire.decode_message(payload, self.max_message_bytes)
         step_id = _step_id(header, "AbortStep")
         message = str(header.get("message", "aborted by the master"))
@@ -523,8 +501,6 @@ class Worker:
         return wire.encode_response({})
 
     def cleanup_step(self, payload: bytes) -> bytes:
-        from tensorweave.distributed import wire
-
         step_id = _step_id(wire.decode_message(payload, self.max_message_bytes)[0], "CleanupStep")
         with self._lock:
             self._steps.pop(step_id, None)
@@ -539,9 +515,6 @@ class Worker:
 
     def recv_tensor(self, payload: bytes):
         """Stream method: the value of ``key`` in step ``step_id``, once it is sent here."""
-        from tensorweave.distributed import wire
-        from tensorweave.runtime.frames import DEAD
-
         try:
             header, _ = wire.decode_message(payload, self.max_message_bytes)
             step_id, key = header.get("step_id"), header.get("key")
@@ -595,8 +568,6 @@ def _str_list(v, what):
 
 
 def _loops(d):
-    from tensorweave.passes.partition import LoopSpec
-
     if not isinstance(d, dict):
         raise errors.InvalidArgumentError("RegisterGraph: 'loops' must be a dict")
     out = {}

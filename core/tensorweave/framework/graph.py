@@ -16,7 +16,8 @@ from typing import Any
 
 import numpy as np
 
-from tensorweave.framework import dtypes, errors
+from tensorweave import plugins
+from tensorweave.framework import dtypes, errors, serialization
 from tensorweave.framework.device_spec import DeviceSpec
 from tensorweave.framework.op_def import OpDef, check_attr_value
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
@@ -77,8 +78,7 @@ class Tensor:
         return [op for op in self._op.graph._nodes if any(t is self for t in op._inputs)]
 
     def eval(self, feed_dict=None, session=None):
-        from tensorweave.runtime.session import _session_for
-        return _session_for(session, self.graph, "Tensor.eval()").run(self, feed_dict)
+        return session_for(session, self.graph, "Tensor.eval()").run(self, feed_dict)
 
     def __repr__(self):
         return f"<tw.Tensor '{self._name}' shape={self._shape} dtype={self._dtype.name}>"
@@ -149,22 +149,17 @@ class Operation:
                 f"{self.type} node '{self._name}' has no attr {name!r} "
                 f"(it has {sorted(self._attrs)})") from None
 
-    def _set_device(self, device: str) -> None:
-        self._device = DeviceSpec.from_string(device).to_string()
-
     def _add_control_input(self, op: Operation) -> None:
         if op not in self._control_inputs:
             self._control_inputs.append(op)
             self._graph._version += 1
 
     def run(self, feed_dict=None, session=None):
-        from tensorweave.runtime.session import _session_for
-        _session_for(session, self.graph, "Operation.run()").run(self, feed_dict)
+        session_for(session, self.graph, "Operation.run()").run(self, feed_dict)
 
     @property
     def node_def(self) -> dict:
-        from tensorweave.framework.serialization import node_to_dict
-        return node_to_dict(self)
+        return serialization.node_to_dict(self)
 
     def __repr__(self):
         return f"<tw.Operation '{self._name}' type={self.type}>"
@@ -215,9 +210,6 @@ class Graph:
 
     def finalize(self) -> None:
         self._finalized = True
-
-    def _unfinalize(self) -> None:
-        self._finalized = False
 
     @contextlib.contextmanager
     def as_default(self):
@@ -472,16 +464,7 @@ class Graph:
 
     # -- serialisation -----------------------------------------------------------------
     def as_graph_def(self, add_shapes=False) -> dict:
-        from tensorweave.framework.serialization import graph_to_dict
-        return graph_to_dict(self, add_shapes=add_shapes)
-
-    @classmethod
-    def from_graph_def(cls, graph_def: dict) -> Graph:
-        from tensorweave.framework.serialization import import_graph_def
-        g = cls()
-        with g.as_default():
-            import_graph_def(graph_def, name="")
-        return g
+        return serialization.graph_to_dict(self, add_shapes=add_shapes)
 
     def __repr__(self):
         return f"<tw.Graph with {len(self._nodes)} ops>"
@@ -576,16 +559,67 @@ def reset_default_graph() -> None:
 
 
 # ----------------------------------------------------------------------------------------
-# conversion of Python values
-_conversion_functions: list[tuple[type, Callable]] = []
+# default session (TF keeps this stack beside the default graph's, in ops.py): a Session's
+# ``as_default()`` pushes it; Tensor.eval and Operation.run use the innermost one.
+def _session_stack() -> list:
+    st = getattr(_thread_local, "sessions", None)
+    if st is None:
+        st = _thread_local.sessions = []
+    return st
 
 
-def register_tensor_conversion_function(base_type, conversion_func) -> None:
-    """Teach ``convert_to_tensor`` about a new type (conversion_func(value, dtype, name))."""
-    _conversion_functions.append((base_type, conversion_func))
+@contextlib.contextmanager
+def default_session(session):
+    """Make ``session`` the default session of this thread inside the block."""
+    st = _session_stack()
+    st.append(session)
+    try:
+        yield session
+    finally:
+        if st and st[-1] is session:
+            st.pop()
+        elif session in st:
+            st.remove(session)
 
 
-def convert_to_tensor(value, dtype=None, name=None, preferred_dtype=None, graph: Graph | None = None) -> Tensor:
+def get_default_session():
+    """The innermost default session of this thread, or None."""
+    st = _session_stack()
+    return st[-1] if st else None
+
+
+def session_for(session, graph: Graph, what: str):
+    """``session`` or the default one, checked to run ``graph`` (for ``what``: "Tensor.eval()")."""
+    s = session or get_default_session()
+    if s is None:
+        raise errors.InvalidArgumentError(
+            f"cannot evaluate with {what}: no default session is registered. Use `with sess.as_default():` "
+            "or pass session=sess")
+    if s.graph is not graph:
+        raise errors.InvalidArgumentError(
+            f"cannot evaluate with {what}: the tensor's graph is different from the session's graph")
+    return s
+
+
+# ----------------------------------------------------------------------------------------
+# conversion of Python values (TF's tensor_conversion_registry)
+# (priority, registration order, base type, function): lower priorities are tried first.
+_conversion_functions: list[tuple[int, int, type | tuple, Callable]] = []
+
+
+def register_tensor_conversion_function(base_type, conversion_func, priority: int = 100) -> None:
+    """Teach ``convert_to_tensor`` about a type: ``conversion_func(value, dtype, name)`` returns a
+    Tensor, or ``NotImplemented`` to let the next function try. Functions are tried in
+    increasing ``priority`` (TensorFlow's rule; 100 by default). The core's ops register
+    theirs: lists and tuples holding tensors are packed (``array_ops``, 110), any other
+    Python or NumPy value becomes a constant (``constant_op``, 200)."""
+    _conversion_functions.append((priority, len(_conversion_functions), base_type, conversion_func))
+    _conversion_functions.sort(key=lambda e: e[:2])
+
+
+def convert_to_tensor(value, dtype=None, name=None, preferred_dtype=None) -> Tensor:
+    """``value`` as a Tensor of ``dtype`` (when given). With ``preferred_dtype``, that dtype
+    is tried first and the value's own dtype used if it does not fit (TF semantics)."""
     if dtype is not None:
         dtype = dtypes.as_dtype(dtype)
     if isinstance(value, Tensor):
@@ -594,68 +628,29 @@ def convert_to_tensor(value, dtype=None, name=None, preferred_dtype=None, graph:
                 f"tensor '{value.name}' has dtype {value.dtype.name}, but {dtype.name} was expected "
                 "(use tw.cast to convert)")
         return value
-    for base, fn in _conversion_functions:
-        if isinstance(value, base):
-            t = fn(value, dtype, name)
-            if dtype is not None and t.dtype is not dtype:
-                raise errors.InvalidArgumentError(
-                    f"'{getattr(value, 'name', value)}' has dtype {t.dtype.name}, but {dtype.name} was expected")
-            return t
     if isinstance(value, Operation):
         raise errors.InvalidArgumentError(
             f"operation '{value.name}' ({value.type}) has no value to use as a tensor; pass one of its outputs")
-    if isinstance(value, list | tuple) and any(isinstance(v, Tensor) or hasattr(v, "_as_graph_element") for v in _flatten(value)):
-        from tensorweave.ops import array_ops
-        return array_ops.stack(list(value), name=name or "packed")
-    arr = _to_const_array(value, dtype if dtype is not None else preferred_dtype, name)
-    from tensorweave.ops import array_ops
-    g = graph or get_default_graph()
-    with g.as_default():
-        return array_ops.constant(arr, dtype=dtypes.as_dtype(arr.dtype) if arr.dtype != object else dtypes.string,
-                                  name=name or "Const")
-
-
-def _flatten(value):
-    for v in value:
-        if isinstance(v, list | tuple):
-            yield from _flatten(v)
-        else:
-            yield v
-
-
-def _to_const_array(value, dtype, name=None) -> np.ndarray:
-    """Convert a Python/NumPy value to a constant array, refusing lossy conversions."""
-    what = f" for '{name}'" if name else ""
-    if dtype is None:
-        dtype = dtypes.dtype_of_value(value)
-        return dtypes.to_numpy(value, dtype)
-    try:
-        raw = np.asarray(value) if not dtype.is_string else None
-    except (ValueError, TypeError) as e:
-        raise errors.InvalidArgumentError(f"cannot convert {value!r}{what} to a tensor: {e}") from None
-    if dtype.is_string:
-        return dtypes.to_numpy(value, dtype)
-    if raw.dtype.kind in "OSU":
-        raise errors.InvalidArgumentError(f"expected {dtype.name}{what}, got {value!r} of type {type(value).__name__}")
-    ok = (
-        raw.size == 0  # `[]` reads as float64 in NumPy but holds nothing to lose
-        or (raw.dtype.kind == "b" and (dtype.is_bool or dtype.is_numeric))
-        or (raw.dtype.kind in "iu" and (dtype.is_numeric or (dtype.is_bool and raw.size == 0)))
-        or (raw.dtype.kind == "f" and (dtype.is_floating or dtype.is_complex))
-        or (raw.dtype.kind == "c" and dtype.is_complex)
-    )
-    if raw.dtype.kind == "f" and dtype.is_integer and raw.size and np.all(np.isfinite(raw)) and np.all(raw == np.round(raw)) \
-            and not isinstance(value, np.ndarray | np.generic):
-        ok = True  # a Python 2.0 where an int is expected is fine, as in TF
-    if not ok:
-        raise errors.InvalidArgumentError(
-            f"expected {dtype.name}{what}, got {value!r} of type {type(value).__name__} ({raw.dtype}); "
-            "the conversion would lose information")
-    if dtype.is_integer and raw.dtype.kind in "iu" and raw.size:
-        info = np.iinfo(dtype.np_dtype)
-        if raw.min() < info.min or raw.max() > info.max:
-            raise errors.InvalidArgumentError(f"value {value!r}{what} is out of range for {dtype.name}")
-    return raw.astype(dtype.np_dtype, copy=False)
+    for _, _, base, fn in _conversion_functions:
+        if not isinstance(value, base):
+            continue
+        if dtype is None and preferred_dtype is not None:
+            try:
+                t = fn(value, dtypes.as_dtype(preferred_dtype), name)
+            except errors.InvalidArgumentError:
+                t = NotImplemented
+            if t is not NotImplemented:
+                return t
+        t = fn(value, dtype, name)
+        if t is NotImplemented:
+            continue
+        if dtype is not None and t.dtype is not dtype:
+            raise errors.InvalidArgumentError(
+                f"'{getattr(value, 'name', value)}' has dtype {t.dtype.name}, but {dtype.name} was expected")
+        return t
+    raise errors.InvalidArgumentError(
+        f"cannot convert {value!r} (a {type(value).__name__}) to a tensor: no conversion function is "
+        "registered for its type (tw.register_tensor_conversion_function)")
 
 
 # ----------------------------------------------------------------------------------------
@@ -678,11 +673,6 @@ def _graph_of(values, graph: Graph | None) -> Graph:
     return found or get_default_graph()
 
 
-def _registry():
-    from tensorweave import plugins
-    return plugins.registry().ops
-
-
 def apply_op(op_type: str, inputs=(), attrs: dict | None = None, name: str | None = None,
              graph: Graph | None = None, _flat: bool = False, _exact_name: str | None = None):
     """Add a node of ``op_type`` to the graph and return its output(s).
@@ -690,7 +680,7 @@ def apply_op(op_type: str, inputs=(), attrs: dict | None = None, name: str | Non
     ``inputs`` has one entry per input argument of the op (a list for list arguments).
     Returns a Tensor for one output, a tuple for several, the Operation for none.
     """
-    op_def = _registry().get(op_type)
+    op_def = plugins.registry().ops.get(op_type)
     attrs = dict(attrs) if attrs else {}
     if _flat:
         inputs = _regroup_flat(op_def, list(inputs))

@@ -23,7 +23,10 @@ import re
 from collections.abc import Callable
 from typing import Any
 
+import numpy as np
+
 from tensorweave.framework import dtypes, errors
+from tensorweave.framework.registry import Registry
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
 
 _TYPE_SETS = {
@@ -81,6 +84,25 @@ class OpDef:
 
     def attr(self, name: str) -> AttrDef:
         return self.attrs[name]
+
+    def flat_inputs(self, attrs: dict) -> list[ArgDef]:
+        """The argument each flat input of a node with ``attrs`` belongs to (list arguments
+        expand to their length)."""
+        out = []
+        for arg in self.inputs:
+            if arg.number_attr:
+                n = attrs[arg.number_attr]
+            elif arg.type_list_attr:
+                n = len(attrs[arg.type_list_attr])
+            else:
+                n = 1
+            out.extend([arg] * n)
+        return out
+
+
+def flat_input_is_ref(op) -> list[bool]:
+    """For each flat input of node ``op``, whether its argument is a Ref (variable) input."""
+    return [arg.is_ref for arg in op.op_def.flat_inputs(op._attrs)]
 
 
 def _parse_default(text: str, attr_type: str):
@@ -174,15 +196,28 @@ def NO_GRADIENT(op, *grads):  # noqa: N802 - a marker, used by identity
     return [None] * len(op.inputs)
 
 
-class OpRegistry:
-    """All op definitions known to this process, filled through ``tensorweave_register_ops``."""
+class OpRegistry(Registry):
+    """All op definitions known to this process, filled through ``tensorweave_register_ops``.
+
+    Ops and their gradient functions are two tables under the one registration rule of
+    ``framework/registry.py``; a gradient may be registered before its op (it is attached
+    when the op arrives).
+    """
 
     def __init__(self):
-        self._ops: dict[str, OpDef] = {}
-        self._overrides: set[str] = set()
-        self._pending_gradients: dict[str, tuple] = {}  # gradients for ops defined later
-        self._gradient_sources: dict[str, str] = {}
-        self.source = "tensorweave"  # set by the plugin loader around each plugin's hook call
+        super().__init__("op")
+        self.gradients = Registry("gradient for op")
+
+    @property
+    def source(self) -> str:
+        return self._source
+
+    @source.setter
+    def source(self, value: str) -> None:
+        # the loader sets one source for both tables around each plugin's hook call
+        self._source = value
+        if hasattr(self, "gradients"):
+            self.gradients.source = value
 
     def op(self, name: str, inputs=(), outputs=(), attrs=(), shape_fn=None, stateful=False,
            is_commutative=False, doc="", outputs_ref=False, override=False) -> OpDef:
@@ -201,23 +236,10 @@ class OpRegistry:
                 attr_defs[arg.number_attr] = AttrDef(arg.number_attr, "int", minimum=0)
         op_def = OpDef(name, in_defs, out_defs, attr_defs, shape_fn, stateful, is_commutative,
                        doc, self.source, outputs_ref=outputs_ref)
-        existing = self._ops.get(name)
-        if existing is not None and name in self._overrides and not override:
-            return existing  # an override loaded first keeps its place, whatever the load order
-        if override:
-            self._overrides.add(name)
-        if existing is not None and not override:
-            raise errors.PluginConflictError(
-                f"op {name!r} is registered twice: by {existing.source} and by {self.source}; "
-                "pass override=True in the plugin that means to replace it"
-            )
-        if existing is not None:
-            op_def.gradient = existing.gradient
-        pending = self._pending_gradients.pop(name, None)
-        if pending is not None:
-            op_def.gradient = pending[0]
-        self._ops[name] = op_def
-        return op_def
+        in_place = self.claim(name, op_def, override)
+        if in_place is op_def and name in self.gradients:
+            op_def.gradient = self.gradients.get(name)
+        return in_place
 
     def gradient(self, op_name: str, fn: Callable | None = None, override: bool = False):
         """Register the gradient function of ``op_name`` (usable as a decorator).
@@ -228,16 +250,9 @@ class OpRegistry:
         differentiable: gradients stop there without an error.
         """
         def deco(f):
-            prev = self._gradient_sources.get(op_name)
-            if prev is not None and not override and prev != self.source:
-                raise errors.PluginConflictError(
-                    f"gradient for op {op_name!r} is registered twice: by {prev} and by {self.source}; "
-                    "pass override=True in the plugin that means to replace it")
-            self._gradient_sources[op_name] = self.source
-            if op_name in self._ops:
-                self._ops[op_name].gradient = f
-            else:
-                self._pending_gradients[op_name] = (f, self.source)
+            in_place = self.gradients.claim(op_name, f, override)
+            if op_name in self:
+                self.get(op_name).gradient = in_place
             return f
         return deco(fn) if fn is not None else deco
 
@@ -248,24 +263,15 @@ class OpRegistry:
 
     def get(self, name: str) -> OpDef:
         try:
-            return self._ops[name]
+            return self._entries[name]
         except KeyError:
             raise errors.NotFoundError(
-                f"op type {name!r} is not registered (known: {len(self._ops)} ops); "
+                f"op type {name!r} is not registered (known: {len(self._entries)} ops); "
                 "is the plugin that defines it installed? See `tensorweave plugins`."
             ) from None
 
-    def __contains__(self, name: str) -> bool:
-        return name in self._ops
-
     def names(self) -> list[str]:
-        return sorted(self._ops)
-
-    def items(self):
-        return self._ops.items()
-
-    def __len__(self):
-        return len(self._ops)
+        return sorted(self._entries)
 
 
 def check_attr_value(op_type: str, node: str, a: AttrDef, value):
@@ -286,18 +292,18 @@ def check_attr_value(op_type: str, node: str, a: AttrDef, value):
                 f"{where}: dtype {v.name} is not allowed; expected one of {sorted(d.name for d in a.allowed)}")
         return v
     if t == "int":
-        if isinstance(value, bool) or not isinstance(value, int | _np_integer()):
+        if isinstance(value, bool) or not isinstance(value, int | np.integer):
             raise bad("an int")
         value = int(value)
         if a.minimum is not None and value < a.minimum:
             raise errors.InvalidArgumentError(f"{where}: must be >= {a.minimum}, got {value}")
         return value
     if t == "float":
-        if isinstance(value, bool) or not isinstance(value, int | float | _np_number()):
+        if isinstance(value, bool) or not isinstance(value, int | float | np.number):
             raise bad("a float")
         return float(value)
     if t == "bool":
-        if not isinstance(value, bool | _np_bool()):
+        if not isinstance(value, bool | np.bool_):
             raise bad("a bool")
         return bool(value)
     if t == "string":
@@ -323,17 +329,3 @@ def check_attr_value(op_type: str, node: str, a: AttrDef, value):
         return out
     return value  # tensor, func, any: checked by the op's own shape function
 
-
-def _np_integer():
-    import numpy as np
-    return np.integer
-
-
-def _np_number():
-    import numpy as np
-    return np.number
-
-
-def _np_bool():
-    import numpy as np
-    return np.bool_

@@ -1,12 +1,8 @@
-"""Op definitions, their Python wrappers and (later) gradient functions, by family.
+"""Op definitions, their Python wrappers and gradient functions, by family.
 
-Each family module has ``register_ops(registry)``, called by the core's built-in plugin
-through the ``tensorweave_register_ops`` hook, and the public wrapper functions. Gradient
-functions live beside them in ``*_grad.py`` modules, as in TensorFlow.
+Each family module has ``register_ops(registry)`` (called by the core's built-in plugin,
+``tensorweave/builtin/ops.py``, through the ``tensorweave_register_ops`` hook) and the public
+TF1-style wrappers. Gradient functions live beside them in ``*_grad.py`` modules, as in
+TensorFlow. Nothing here runs a kernel: ops are definitions; kernels are registered by device
+plugins and ``tensorweave.kernels``.
 """
-
-FAMILIES = ("array_ops", "math_ops", "random_ops", "state_ops", "control_ops", "control_flow_ops", "nn_ops",
-            "training_ops", "data_flow_ops", "checkpoint_ops", "io_ops", "accumulator_ops")
-
-# Gradient modules: ``register_ops`` (helper ops that gradients need) and ``register_gradients``.
-GRADIENTS = ("math_grad", "array_grad", "nn_grad", "control_flow_grad")

@@ -32,7 +32,8 @@ from tensorweave.framework import dtypes as dtypes_mod
 from tensorweave.framework import errors
 from tensorweave.framework.graph import apply_op, convert_to_tensor, get_default_graph
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
-from tensorweave.ops import shape_fns
+from tensorweave.ops import math_ops, shape_fns
+from tensorweave.runtime import queues
 
 __all__ = ["ConditionalAccumulator", "GradientAccumulator"]
 
@@ -190,8 +191,6 @@ def register_ops(reg):
 # ----------------------------------------------------------------------------------------
 # kernels (host logic; the accumulator lives in the resources of the task that runs it)
 def _accumulator_factory(ctx):
-    from tensorweave.runtime import queues
-
     a = ctx.attrs
     container, name = a["container"], a["shared_name"] or ctx.op.name
     handle = queues.make_handle(container, name)
@@ -212,8 +211,6 @@ def _accumulator_factory(ctx):
 
 
 def _lookup(ctx):
-    from tensorweave.runtime import queues
-
     resources = ctx.resources
 
     def find(handle) -> GradientAccumulator:
@@ -381,7 +378,5 @@ class ConditionalAccumulator:
 
 
 def _to_int64(t):
-    from tensorweave.ops import math_ops
-
     t = convert_to_tensor(t)
     return t if t.dtype is dtypes_mod.int64 else math_ops.cast(t, dtypes_mod.int64)

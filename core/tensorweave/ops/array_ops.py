@@ -14,14 +14,15 @@ import numpy as np
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import (
     Tensor,
-    _to_const_array,
     apply_op,
     constant_value,
     constant_value_as_shape,
     convert_to_tensor,
+    register_tensor_conversion_function,
 )
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
-from tensorweave.ops import shape_fns
+from tensorweave.ops import math_ops, shape_fns
+from tensorweave.ops.constant_op import constant
 
 # This module defines ops named ``range`` and ``slice`` (TF1 names), so it keeps the builtins.
 _pyrange = builtins.range
@@ -82,10 +83,6 @@ def _prod(xs):
 
 # ---------------------------------------------------------------------------------------
 # shape functions
-def _const_shape(op):
-    return [TensorShape(np.shape(op.get_attr("value")))]
-
-
 def _placeholder_shape(op):
     return [op.get_attr("shape")]
 
@@ -599,8 +596,6 @@ def _strided_slice_grad_shape(op):
 
 # ---------------------------------------------------------------------------------------
 def register_ops(reg):
-    reg.op("Const", outputs=["output: dtype"], attrs=["value: tensor", "dtype: type"], shape_fn=_const_shape,
-           doc="A constant tensor; its value is an attr.")
     reg.op("Placeholder", outputs=["output: dtype"], attrs=["dtype: type", "shape: shape = unknown"],
            shape_fn=_placeholder_shape, doc="A value that must be fed at run time.")
     reg.op("PlaceholderWithDefault", inputs=["input: dtype"], outputs=["output: dtype"],
@@ -691,7 +686,6 @@ def _index_tensor(value, what="shape", name=None, dtype=None):
         value = value.as_list()
     if isinstance(value, list | tuple) and any(_is_graph_value(v) for v in value):
         if dtype is not None:
-            from tensorweave.ops import math_ops
             value = [math_ops.cast(v, dtype) if _is_graph_value(v) else v for v in value]
         return stack(list(value), name=name or "stack")
     try:
@@ -709,25 +703,6 @@ def _index_tensor(value, what="shape", name=None, dtype=None):
     else:
         arr = arr.astype(np.int64)
     return constant(arr, name=name or "Const")
-
-
-def constant(value, dtype=None, shape=None, name="Const", verify_shape=False):
-    """A constant tensor (``tw.constant([1., 2.])``). A scalar ``value`` with ``shape`` fills it."""
-    dt = dtypes.as_dtype(dtype) if dtype is not None else None
-    arr = _to_const_array(value, dt, name)
-    if dt is None and arr.dtype == object:
-        dt = dtypes.string
-    dt = dt or dtypes.as_dtype(arr.dtype)
-    if shape is not None:
-        shape = as_shape(shape).as_list()
-        if arr.shape != tuple(shape):
-            if verify_shape or (arr.size not in (1, int(np.prod(shape, dtype=np.int64)))):
-                raise errors.InvalidArgumentError(
-                    f"constant '{name}': value of shape {arr.shape} does not fit shape {tuple(shape)}")
-            arr = np.broadcast_to(arr.reshape(()) if arr.size == 1 else arr.reshape(shape), shape).copy()
-    arr = np.array(arr)  # our own copy: the caller's array stays theirs and writable
-    arr.flags.writeable = False  # a constant's value must never change under a kernel
-    return apply_op("Const", [], {"value": arr, "dtype": dt}, name=name)
 
 
 def placeholder(dtype=dtypes.float32, shape=None, name=None):
@@ -843,12 +818,10 @@ def transpose(a, perm=None, name="transpose", conjugate=False):
         if nd is not None:
             perm = list(_pyrange(nd - 1, -1, -1))
         else:
-            from tensorweave.ops import math_ops
             r = rank(a)
             perm = math_ops.subtract(math_ops.subtract(r, 1), range(0, r, 1))
     out = apply_op("Transpose", [a, _index_tensor(perm, "perm")], name=name)
     if conjugate and a.dtype.is_complex:
-        from tensorweave.ops import math_ops
         out = math_ops.conj(out)
     return out
 
@@ -992,7 +965,6 @@ def range(start, limit=None, delta=1, dtype=None, name="range"):  # noqa: A001 -
     tensors = []
     for a in args:
         if isinstance(a, Tensor) and a.dtype is not dtype:
-            from tensorweave.ops import math_ops
             a = math_ops.cast(a, dtype)
         tensors.append(a if isinstance(a, Tensor) else convert_to_tensor(a, dtype=dtype))
     return apply_op("Range", tensors, name=name)
@@ -1103,8 +1075,21 @@ def _slice_helper(tensor, slice_spec):
                          _index_tensor(strides, "strides", "stack_2", dtype), name="strided_slice", **masks)
 
 
-def _install_indexing():
-    Tensor.__getitem__ = _slice_helper
+def _autopack(value, dtype, name):
+    """A list or tuple holding tensors becomes one tensor: Pack of its elements (TF's
+    autopacking); anything else is left to the next conversion."""
+    if not any(isinstance(v, Tensor) or hasattr(v, "_as_graph_element") for v in _leaves(value)):
+        return NotImplemented
+    return stack(list(value), name=name or "packed")
 
 
-_install_indexing()
+def _leaves(value):
+    for v in value:
+        if isinstance(v, list | tuple):
+            yield from _leaves(v)
+        else:
+            yield v
+
+
+register_tensor_conversion_function((list, tuple), _autopack, priority=110)
+Tensor.__getitem__ = _slice_helper  # NumPy-style indexing of tensors (tensor[1:, ::2])

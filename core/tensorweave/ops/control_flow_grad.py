@@ -26,8 +26,9 @@ from __future__ import annotations
 import contextlib
 
 from tensorweave.framework import errors
-from tensorweave.framework.graph import apply_op
+from tensorweave.framework.graph import apply_op, constant_value
 from tensorweave.framework.op_def import NO_GRADIENT
+from tensorweave.ops import array_ops, math_ops
 from tensorweave.ops.control_flow_ops import (
     CondContext,
     WhileContext,
@@ -126,7 +127,6 @@ def _merge_grad(op, grad, _):
                 grad_state.history_map[pred] = real_pred
             pred = real_pred
         return list(apply_op("Switch", [grad, pred], name="cond_grad"))
-    from tensorweave.ops import math_ops
 
     return [apply_op("Switch", [grad, math_ops.equal(op.outputs[1], i)])[1] for i in range(len(op.inputs))]
 
@@ -173,8 +173,6 @@ class GradLoopState:
     """The backward loop of one forward loop, and the history it keeps (TF's _GradLoopState)."""
 
     def __init__(self, forward_ctxt: WhileContext, outer_grad_state, root_ctxt):
-        from tensorweave.ops import array_ops, math_ops
-
         graph = forward_ctxt.graph
         self.graph = graph
         self.root_ctxt = root_ctxt  # where tw.gradients was called: stacks live there
@@ -217,8 +215,6 @@ class GradLoopState:
 
     def _add_backprop_counter(self, count, outer_grad_state):
         """The backward loop's own counter: runs ``count`` iterations, and is the loop's pivot."""
-        from tensorweave.ops import math_ops
-
         ctx, graph = self.grad_context, self.graph
         with ctx.entered(raw=True), _plain(graph):
             enter = apply_op("Enter", [count], {"frame_name": ctx.name, "is_constant": False,
@@ -331,9 +327,6 @@ class GradLoopState:
 
     def get_real_value(self, value):
         """The value of forward tensor ``value`` in the matching backward iteration."""
-        from tensorweave.framework.graph import constant_value
-        from tensorweave.ops import array_ops
-
         real = self.history_map.get(value)
         if real is not None:
             return real
@@ -366,8 +359,6 @@ class GradLoopState:
     def add_backprop_accumulator(self, op, grad):
         """Sum ``grad`` (the gradient of loop invariant ``op``, an Enter) over all backward
         iterations in a new backward loop variable; returns its Exit."""
-        from tensorweave.ops import array_ops, math_ops
-
         ctx, graph = self.grad_context, self.graph
         outer = ctx.outer_context
         shape = grad.shape
@@ -480,8 +471,6 @@ class ControlFlowState:
 
     def zeros_like(self, op, index):
         """Zeros for output ``index`` of ``op`` that got no gradient, inside loops."""
-        from tensorweave.ops import array_ops
-
         if _is_loop_switch(op):
             return None
         dead_branch = op.type == "Switch"
@@ -515,8 +504,6 @@ class ControlFlowState:
 
     def zeros_like_for_exit(self, val):
         """Zeros as the gradient of an Exit that the ys do not depend on."""
-        from tensorweave.ops import array_ops
-
         graph = self.graph
         fwd = val.op._control_flow_context
         outer_fwd = _while_of(fwd.outer_context)
@@ -538,8 +525,6 @@ class ControlFlowState:
     def post_processing(self):
         """A loop variable whose next value does not depend on its value: its backward Merge
         never got a second input; feed it zeros for the iterations after the first."""
-        from tensorweave.ops import array_ops
-
         graph = self.graph
         for state in self._map.values():
             for b_merge in state.switch_map.values():

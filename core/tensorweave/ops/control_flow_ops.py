@@ -1,9 +1,10 @@
-"""``tw.cond``, ``tw.while_loop`` and ``tw.case``: building control flow (whitepaper 4.4).
+"""``tw.cond``, ``tw.while_loop``, ``tw.case``, ``tw.group``, ``tw.tuple``: building control
+flow (whitepaper 4.4).
 
 This module owns the *graph construction* side of control flow, after TensorFlow 1.x's
 ``CondContext``/``WhileContext``: the builders compile into the primitives of
-``ops/control_ops.py`` (Switch, Merge, Enter, Exit, NextIteration, LoopCond), which the
-executor interprets (frames, iteration tags, dead tensors). It also defines the stack ops
+``ops/control_flow_primitives.py`` (Switch, Merge, Enter, Exit, NextIteration, LoopCond), which
+the executor interprets (frames, iteration tags, dead tensors). It also defines the stack ops
 (StackV2, StackPushV2, StackPopV2, StackCloseV2) that gradients of loops use to keep
 per-iteration forward values for the backward loop (``ops/control_flow_grad.py``).
 
@@ -36,8 +37,9 @@ import numpy as np
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import Operation, Tensor, apply_op, convert_to_tensor, get_default_graph
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
+from tensorweave.ops import array_ops, math_ops
 
-__all__ = ["cond", "while_loop", "case"]
+__all__ = ["cond", "while_loop", "case", "group", "tuple_", "no_op"]
 
 
 # ----------------------------------------------------------------------------------------
@@ -322,8 +324,6 @@ class WhileContext(ControlFlowContext):
         """An op inside this loop that runs (each iteration) only after outside op ``c``."""
         proxy = self._control_proxies.get(c)
         if proxy is None:
-            from tensorweave.ops import array_ops
-
             with _in_context(self.graph, self.outer_context), self.graph.control_dependencies(None), \
                     self.graph.control_dependencies([c]):
                 token = array_ops.constant(True, name="control_token")
@@ -381,8 +381,6 @@ def _check_pred(pred, where, what="pred"):
 
 def _branch_outputs(ctx: CondContext, result, which, where):
     """Flatten one branch's result into tensors that live in the branch."""
-    from tensorweave.ops import array_ops
-
     if result is None:
         raise errors.InvalidArgumentError(f"{where}: {which} returned None; it must return tensors or ops")
     out = []
@@ -424,7 +422,6 @@ def cond(pred, true_fn=None, false_fn=None, strict=False, name=None, fn1=None, f
     for fn, what in ((true_fn, "true_fn"), (false_fn, "false_fn")):
         if not callable(fn):
             raise errors.InvalidArgumentError(f"tw.cond: {what} must be callable, got {fn!r}")
-    from tensorweave.ops import array_ops
 
     graph = pred.graph if isinstance(pred, Tensor) else get_default_graph()
     with graph.as_default(), graph.name_scope(name or "cond") as scope:
@@ -539,8 +536,6 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     with graph.as_default(), graph.name_scope(name or "while") as scope:
         loop_name = scope.rstrip("/")
         if maximum_iterations is not None:
-            from tensorweave.ops import math_ops
-
             max_iter = convert_to_tensor(maximum_iterations, name="maximum_iterations")
             if not max_iter.dtype.is_integer or max_iter.shape.ndims not in (None, 0):
                 raise errors.InvalidArgumentError(
@@ -618,8 +613,6 @@ def _flatten_like(structure, values):
 def _build_loop(self: WhileContext, cond, body, loop_vars, shape_invariants):
     """Build the loop in this context (TF1's WhileContext.BuildLoop); returns the Exits in
     the structure of ``loop_vars``."""
-    from tensorweave.ops import array_ops
-
     where = f"tw.while_loop '{self.name}'"
     graph = self.graph
     flat = []
@@ -712,3 +705,40 @@ def _relaxed(a: TensorShape, b: TensorShape) -> str:
         return "tw.TensorShape(None)"
     dims = [x if x == y else None for x, y in zip(a.as_list(), b.as_list())]
     return f"tw.TensorShape({dims})"
+
+
+# ----------------------------------------------------------------------------------------
+# grouping (TF keeps tf.group and tf.tuple here too)
+def no_op(name=None):
+    return apply_op("NoOp", [], name=name)
+
+
+def _as_op(x):
+    if hasattr(x, "_as_graph_element") and not isinstance(x, Tensor | Operation):
+        x = x._as_graph_element()
+    if isinstance(x, Tensor):
+        return x.op
+    if isinstance(x, Operation):
+        return x
+    raise errors.InvalidArgumentError(f"tw.group expects Operations or Tensors, got {x!r}")
+
+
+def group(*inputs, name=None):
+    """An op that runs when all ``inputs`` have run (``tf.group``)."""
+    flat = []
+    for x in inputs:
+        if isinstance(x, list | tuple):
+            flat.extend(x)
+        else:
+            flat.append(x)
+    ops = [_as_op(x) for x in flat]
+    graph = ops[0].graph if ops else get_default_graph()
+    with graph.as_default(), graph.control_dependencies(ops):
+        return no_op(name=name or "group_deps")
+
+
+def tuple_(tensors, name=None, control_inputs=None):
+    """Tensors that are available only after all of ``tensors`` (and ``control_inputs``) are."""
+    gate = group(*[t for t in tensors if t is not None], *(control_inputs or []), name=name or "tuple")
+    with gate.graph.control_dependencies([gate]):
+        return [array_ops.identity(t) if t is not None else None for t in tensors]

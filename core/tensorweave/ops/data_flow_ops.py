@@ -15,11 +15,14 @@ runs (fed values are checked again at run time by the queue).
 
 from __future__ import annotations
 
+import functools
+
 from tensorweave.framework import dtypes as dtypes_mod
 from tensorweave.framework import errors
 from tensorweave.framework.graph import Tensor, apply_op, constant_value, convert_to_tensor, get_default_graph
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
 from tensorweave.ops import shape_fns
+from tensorweave.ops.random_ops import get_seed
 
 __all__ = ["QueueBase", "FIFOQueue", "RandomShuffleQueue", "count_up_to"]
 
@@ -32,8 +35,6 @@ def _on_queue(method):
     """Build the op on the queue's device (TF1's ``colocate_with(queue_ref)``): the queue's
     elements live in one process, so every op that uses it must run there, whatever device
     scope the caller is in."""
-    import functools
-
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         with self._queue_ref.graph.colocate_with(self._queue_ref.op):
@@ -309,7 +310,6 @@ class RandomShuffleQueue(QueueBase):
 
     def __init__(self, capacity, min_after_dequeue, dtypes, shapes=None, names=None, seed=None,
                  shared_name=None, name="random_shuffle_queue"):
-        from tensorweave.ops.random_ops import get_seed
 
         dts = _as_dtypes(dtypes, "RandomShuffleQueue")
         shp = _as_shapes(shapes, len(dts), "RandomShuffleQueue")

@@ -13,11 +13,15 @@ Gradient functions are registered with the op definitions, by any plugin
 
 from __future__ import annotations
 
+import collections
 import contextlib
 
+from tensorweave import plugins
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import Operation, Tensor, convert_to_tensor
 from tensorweave.framework.op_def import NO_GRADIENT
+from tensorweave.ops import array_ops, control_flow_grad, math_ops
+from tensorweave.ops.control_flow_grad import _is_loop_exit, _is_loop_switch, _trainable
 
 _DIFFERENTIABLE = (dtypes.float16, dtypes.float32, dtypes.float64, dtypes.complex64, dtypes.complex128)
 
@@ -78,8 +82,6 @@ def gradients(ys, xs, grad_ys=None, name="gradients", colocate_gradients_with_op
     ``grad_ys`` are the initial gradients of ``ys`` (default: ones). Tensors in
     ``stop_gradients`` are treated as constants.
     """
-    from tensorweave.ops import array_ops, math_ops
-
     ys = [convert_to_tensor(y) for y in _as_list(ys)]
     xs_list = [_as_x_tensor(x) for x in _as_list(xs)]
     if grad_ys is None:
@@ -114,7 +116,6 @@ def gradients(ys, xs, grad_ys=None, name="gradients", colocate_gradients_with_op
         between = _ops_between({x.op for x in xs_list}, [y.op for y in ys])
         loop_state = None
         if any(op.type == "Exit" for op in between):  # through tw.while_loop (control_flow_grad.py)
-            from tensorweave.ops import control_flow_grad
 
             loop_state = control_flow_grad.maybe_create_state(graph, between)
         # How many consumers in `between` each op still waits for before its gradient is complete.
@@ -152,10 +153,6 @@ def _backprop_loops(ys, between, pending, stop_ops, grads, loop_state, math_ops)
     """The backward walk when it goes through while loops (TF1's scheme): FIFO order; a
     loop's Switch is visited once from its Exit and once from the body; a loop's Exits
     are processed together, once all of them are ready."""
-    import collections
-
-    from tensorweave.ops.control_flow_grad import _is_loop_exit, _is_loop_switch, _trainable
-
     queue = collections.deque()
     to_ops = set()
     for y in ys:
@@ -210,7 +207,6 @@ def _backprop_op(op: Operation, grads: dict, math_ops, loop_state=None) -> None:
             f"(fn(op, *output_grads) -> one gradient per input), or in a plugin's "
             f"tensorweave_register_ops hook with registry.gradient(\"{op.type}\")(fn); declare it not "
             f"differentiable with tw.NotDifferentiable(\"{op.type}\")", node_def=op.name, op=op)
-    from tensorweave.ops import array_ops
 
     with loop_state.grad_scope(op, before=False) if loop_state else contextlib.nullcontext():
         _grads_of_inputs(op, fn, out_grads, grads, loop_state, array_ops)
@@ -261,8 +257,6 @@ class RegisterGradient:
         self.op_type = op_type
 
     def __call__(self, fn):
-        from tensorweave import plugins
-
         reg = plugins.registry().ops
         reg.source = "user code"
         reg.gradient(self.op_type, fn, override=True)
@@ -271,8 +265,6 @@ class RegisterGradient:
 
 def NotDifferentiable(op_type: str) -> None:  # noqa: N802 - TF1 name
     """Declare ``op_type`` not differentiable: gradients stop there without an error."""
-    from tensorweave import plugins
-
     reg = plugins.registry().ops
     reg.source = "user code"
     reg.gradient(op_type, NO_GRADIENT, override=True)

@@ -16,6 +16,7 @@ import numpy as np
 
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.tensor_shape import as_shape
+from tensorweave.ops import array_ops, random_ops
 
 __all__ = [
     "zeros_initializer",
@@ -74,8 +75,6 @@ class Zeros(Initializer):
         self.dtype = dtypes.as_dtype(dtype)
 
     def __call__(self, shape, dtype=None, partition_info=None):
-        from tensorweave.ops import array_ops
-
         return array_ops.zeros(_shape_list(shape, "zeros_initializer"), _dtype(dtype, self.dtype))
 
     def get_config(self):
@@ -89,8 +88,6 @@ class Ones(Initializer):
         self.dtype = dtypes.as_dtype(dtype)
 
     def __call__(self, shape, dtype=None, partition_info=None):
-        from tensorweave.ops import array_ops
-
         return array_ops.ones(_shape_list(shape, "ones_initializer"), _dtype(dtype, self.dtype))
 
     def get_config(self):
@@ -110,8 +107,6 @@ class Constant(Initializer):
         self._verify_shape = verify_shape
 
     def __call__(self, shape, dtype=None, partition_info=None, verify_shape=None):
-        from tensorweave.ops import array_ops
-
         verify = self._verify_shape if verify_shape is None else verify_shape
         return array_ops.constant(self.value, dtype=_dtype(dtype, self.dtype),
                                   shape=_shape_list(shape, "constant_initializer"), verify_shape=verify)
@@ -128,8 +123,6 @@ class RandomUniform(Initializer):
         self.dtype = dtypes.as_dtype(dtype)
 
     def __call__(self, shape, dtype=None, partition_info=None):
-        from tensorweave.ops import random_ops
-
         return random_ops.random_uniform(_shape_list(shape, "random_uniform_initializer"), self.minval,
                                          self.maxval, _dtype(dtype, self.dtype), seed=self.seed)
 
@@ -145,8 +138,6 @@ class RandomNormal(Initializer):
         self.dtype = _float_dtype(dtype, "random_normal_initializer")
 
     def __call__(self, shape, dtype=None, partition_info=None):
-        from tensorweave.ops import random_ops
-
         dtype = _float_dtype(_dtype(dtype, self.dtype), "random_normal_initializer")
         return random_ops.random_normal(_shape_list(shape, "random_normal_initializer"), self.mean,
                                         self.stddev, dtype, seed=self.seed)
@@ -163,8 +154,6 @@ class TruncatedNormal(Initializer):
         self.dtype = _float_dtype(dtype, "truncated_normal_initializer")
 
     def __call__(self, shape, dtype=None, partition_info=None):
-        from tensorweave.ops import random_ops
-
         dtype = _float_dtype(_dtype(dtype, self.dtype), "truncated_normal_initializer")
         return random_ops.truncated_normal(_shape_list(shape, "truncated_normal_initializer"), self.mean,
                                            self.stddev, dtype, seed=self.seed)
@@ -215,8 +204,6 @@ class VarianceScaling(Initializer):
         self.dtype = _float_dtype(dtype, "variance_scaling_initializer")
 
     def __call__(self, shape, dtype=None, partition_info=None):
-        from tensorweave.ops import random_ops
-
         dtype = _float_dtype(_dtype(dtype, self.dtype), "variance_scaling_initializer")
         shape = _shape_list(shape, "variance_scaling_initializer")
         fan_shape = _shape_list(partition_info.full_shape, "variance_scaling_initializer") \

@@ -10,11 +10,13 @@ in TensorFlow: ``b"<filename>:<n>"`` where n is the 1-based line number for text
 record files; a whole file's key is its filename.
 
 The reader resources live in ``tensorweave.runtime.readers``; the record format in
-``tensorweave.runtime.record_io``; kernels in the device plugins (the CPU plugin's
+``tensorweave.framework.record_io``; kernels in the device plugins (the CPU plugin's
 ``kernels/io.py``).
 """
 
 from __future__ import annotations
+
+import functools
 
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import (
@@ -24,8 +26,10 @@ from tensorweave.framework.graph import (
     convert_to_tensor,
     get_default_graph,
 )
+from tensorweave.framework.record_io import TFRecordOptions
 from tensorweave.framework.tensor_shape import TensorShape
 from tensorweave.ops import shape_fns
+from tensorweave.ops.variables import Variable
 
 __all__ = [
     "ReaderBase", "WholeFileReader", "TextLineReader", "FixedLengthRecordReader", "TFRecordReader",
@@ -195,8 +199,6 @@ def _queue_ref(queue):
 
 def _on_reader(method):
     """Build the op on the reader's device: its position in the files lives in one process."""
-    import functools
-
     @functools.wraps(method)
     def wrapper(self, *args, **kwargs):
         with self._reader_ref.graph.colocate_with(self._reader_ref.op):
@@ -290,8 +292,6 @@ class TFRecordReader(ReaderBase):
     """Records of record files (``tw.python_io.TFRecordWriter``); keys ``b"file:offset"``."""
 
     def __init__(self, name=None, options=None):
-        from tensorweave.runtime.record_io import TFRecordOptions
-
         compression = TFRecordOptions.get_compression_type_string(
             options if options is None or isinstance(options, TFRecordOptions) else TFRecordOptions(options))
         super().__init__(_reader_op("TFRecordReaderV2", {"compression_type": compression}, name,
@@ -322,8 +322,6 @@ def matching_files(pattern, name=None):
 def match_filenames_once(pattern, name=None):
     """A local variable holding the files matching ``pattern`` when it is initialised
     (``tw.local_variables_initializer()``)."""
-    from tensorweave.ops.variables import Variable
-
     g = get_default_graph()
     with g.name_scope(name or "matching_filenames") as scope:
         return Variable(lambda: matching_files(pattern), trainable=False, validate_shape=False,

@@ -9,6 +9,7 @@ from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import Tensor, apply_op, constant_value, convert_to_tensor
 from tensorweave.framework.tensor_shape import TensorShape
 from tensorweave.ops import shape_fns
+from tensorweave.ops.constant_op import constant
 
 __all__ = [
     "add",
@@ -452,11 +453,8 @@ def _reduction_axes(input_tensor, axis, reduction_indices, fn_name):
 
     ``axis=None`` means every axis. With a known rank that is a constant ``range(rank)``, so
     the output shape is inferred at construction. With an unknown rank it is built in the
-    graph as ``Range(0, Rank(x), 1)`` when those array ops are registered; otherwise the
-    wrapper asks for a known rank or an explicit axis.
+    graph as ``Range(0, Rank(x), 1)``.
     """
-    from tensorweave.ops import array_ops
-
     if axis is not None and reduction_indices is not None:
         raise errors.InvalidArgumentError(f"{fn_name}: pass only one of axis and reduction_indices")
     if axis is None:
@@ -464,14 +462,8 @@ def _reduction_axes(input_tensor, axis, reduction_indices, fn_name):
     if axis is None:
         nd = input_tensor.shape.ndims
         if nd is not None:
-            return array_ops.constant(np.arange(nd, dtype=np.int32), name="Const")
-        from tensorweave.framework.graph import _registry
-        ops = _registry()
-        if "Rank" in ops and "Range" in ops:
-            return apply_op("Range", [0, apply_op("Rank", [input_tensor]), 1], name="range")
-        raise errors.InvalidArgumentError(
-            f"{fn_name} over all axes of '{input_tensor.name}' needs its rank, which is unknown; "
-            "give it a shape (e.g. with set_shape) or pass axis explicitly")
+            return constant(np.arange(nd, dtype=np.int32), name="Const")
+        return apply_op("Range", [0, apply_op("Rank", [input_tensor]), 1], name="range")
     if _is_tensor_like(axis):
         return axis
     try:
@@ -480,9 +472,8 @@ def _reduction_axes(input_tensor, axis, reduction_indices, fn_name):
         arr = None
     if arr is None or arr.ndim > 1 or (arr.size and arr.dtype.kind not in "iu"):
         raise errors.InvalidArgumentError(f"{fn_name}: axis must be an int or a list of ints, got {axis!r}")
-    return array_ops.constant(arr.astype(np.int32 if arr.size == 0 or
-                                         (arr.min() >= -2**31 and arr.max() < 2**31) else np.int64),
-                              name="Const")
+    small = arr.size == 0 or (arr.min() >= -2**31 and arr.max() < 2**31)
+    return constant(arr.astype(np.int32 if small else np.int64), name="Const")
 
 
 def _keep(keep_dims, keepdims, fn_name):

@@ -26,7 +26,7 @@ from tensorweave.framework.graph import (
     get_default_graph,
 )
 from tensorweave.framework.tensor_shape import TensorShape
-from tensorweave.ops import shape_fns
+from tensorweave.ops import array_ops, control_flow_ops, math_ops, random_ops, shape_fns
 
 __all__ = ["check_numerics", "add_check_numerics_ops"]
 
@@ -373,8 +373,6 @@ def _swap_last(x, axis, fn):
 
 
 def _last_axis_op(op_type, logits, axis, name, fn):
-    from tensorweave.ops import array_ops
-
     logits = convert_to_tensor(logits)
     perm = _swap_last(logits, axis, fn)
     if perm is None:
@@ -403,8 +401,6 @@ def _ensure_xent_args(fn, sentinel, labels, logits):
 
 def _flatten_to_2d(x, fn):
     """``x`` reshaped to [-1, last dimension] (its rank must be known)."""
-    from tensorweave.ops import array_ops
-
     nd = x.shape.ndims
     if nd == 2:
         return x
@@ -417,8 +413,6 @@ def _flatten_to_2d(x, fn):
 
 def _restore_leading(loss, like, fn):
     """Reshape a per-row loss back to ``like.shape[:-1]``."""
-    from tensorweave.ops import array_ops
-
     nd = like.shape.ndims
     if nd == 2:
         return loss
@@ -434,8 +428,6 @@ def softmax_cross_entropy_with_logits_v2(_sentinel=None, labels=None, logits=Non
     """Cross-entropy between ``labels`` (a distribution per row) and ``softmax(logits)``
     along ``dim``; gradients flow into both logits and labels. Returns a tensor with the
     shape of ``logits`` minus ``dim``."""
-    from tensorweave.ops import array_ops
-
     fn = "softmax_cross_entropy_with_logits"
     _ensure_xent_args(fn, _sentinel, labels, logits)
     dim = _axis_arg(axis, None if dim == -1 else dim, fn)
@@ -476,8 +468,6 @@ def softmax_cross_entropy_with_logits_v2(_sentinel=None, labels=None, logits=Non
 def softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, dim=-1, name=None):
     """TF1 ``tf.nn.softmax_cross_entropy_with_logits``: as the ``_v2`` form, but no gradient
     flows into ``labels``. Keyword arguments only."""
-    from tensorweave.ops import array_ops
-
     _ensure_xent_args("softmax_cross_entropy_with_logits", _sentinel, labels, logits)
     if isinstance(labels, Tensor) or hasattr(labels, "_as_graph_element"):
         labels = array_ops.stop_gradient(labels)
@@ -487,8 +477,6 @@ def softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, 
 def sparse_softmax_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, name=None):
     """Cross-entropy of ``softmax(logits)`` against integer class ``labels`` (shape
     ``logits.shape[:-1]``, values in ``[0, num_classes)``; others fail at run time)."""
-    from tensorweave.ops import array_ops
-
     fn = "sparse_softmax_cross_entropy_with_logits"
     _ensure_xent_args(fn, _sentinel, labels, logits)
     with get_default_graph().name_scope(name or "SparseSoftmaxCrossEntropyWithLogits") as scope:
@@ -528,7 +516,6 @@ def sigmoid_cross_entropy_with_logits(_sentinel=None, labels=None, logits=None, 
     """
     fn = "sigmoid_cross_entropy_with_logits"
     _ensure_xent_args(fn, _sentinel, labels, logits)
-    from tensorweave.ops import math_ops
 
     with get_default_graph().name_scope(name or "logistic_loss") as scope:
         logits = convert_to_tensor(logits, name="logits")
@@ -574,8 +561,6 @@ def conv2d(input, filter, strides, padding, use_cudnn_on_gpu=True, data_format="
 
 
 def _sizes_tensor(sizes, what):
-    from tensorweave.ops import array_ops
-
     if isinstance(sizes, TensorShape):
         sizes = sizes.as_list()
     return array_ops._index_tensor(sizes, what, dtype=dtypes.int32)
@@ -632,8 +617,6 @@ def bias_add(value, bias, data_format=None, name=None):
 
 def xw_plus_b(x, weights, biases, name=None):
     """``matmul(x, weights) + biases``."""
-    from tensorweave.ops import math_ops
-
     with get_default_graph().name_scope(name or "xw_plus_b") as scope:
         return apply_op("BiasAdd", [math_ops.matmul(x, weights), biases], _exact_name=scope.rstrip("/"))
 
@@ -656,8 +639,6 @@ def in_top_k(predictions, targets, k, name=None):
 
 def moments(x, axes, shift=None, name=None, keep_dims=False):
     """Mean and variance of ``x`` over ``axes`` (``tf.nn.moments``)."""
-    from tensorweave.ops import array_ops, math_ops
-
     with get_default_graph().name_scope(name or "moments"):
         x = convert_to_tensor(x)
         y = math_ops.cast(x, dtypes.float32) if x.dtype is dtypes.float16 else x
@@ -677,8 +658,6 @@ def dropout(x, keep_prob=None, noise_shape=None, seed=None, name=None, rate=None
     ``1 / keep_prob``; zero the others (``tf.nn.dropout``). ``keep_prob`` is a float in
     (0, 1] or a scalar tensor (``rate = 1 - keep_prob`` is the newer spelling).
     ``noise_shape`` (broadcastable to the shape of ``x``) makes elements drop together."""
-    from tensorweave.ops import array_ops, math_ops, random_ops
-
     if keep_prob is not None and rate is not None:
         raise _E("dropout: pass only one of keep_prob and rate")
     if keep_prob is None:
@@ -739,8 +718,6 @@ def add_check_numerics_ops():
     one op to run with the training step (``tf.add_check_numerics_ops``). The checks run one
     after another (control dependencies), so the first non-finite tensor is the one reported.
     Variables, the ops that update them, and existing checks are skipped."""
-    from tensorweave.ops import control_ops
-
     g = get_default_graph()
     check_op = None
     floats = (dtypes.float16, dtypes.float32, dtypes.float64)
@@ -755,5 +732,5 @@ def add_check_numerics_ops():
             with g.control_dependencies([check_op] if check_op is not None else []):
                 check_op = check_numerics(out, message=message, name=f"CheckNumerics_{op.name.replace('/', '_')}")
     if check_op is None:
-        return control_ops.no_op(name="add_check_numerics_ops")
-    return control_ops.group(check_op, name="add_check_numerics_ops")
+        return control_flow_ops.no_op(name="add_check_numerics_ops")
+    return control_flow_ops.group(check_op, name="add_check_numerics_ops")

@@ -22,6 +22,7 @@ from tensorweave.framework.graph import (
     get_default_graph,
 )
 from tensorweave.framework.tensor_shape import TensorShape
+from tensorweave.ops.array_ops import _index_tensor
 
 __all__ = ["random_uniform", "random_normal", "truncated_normal", "random_shuffle"]
 
@@ -93,7 +94,6 @@ def register_ops(reg):
 
 # ---------------------------------------------------------------------------------------
 def _shape_tensor(shape):
-    from tensorweave.ops.array_ops import _index_tensor
     return _index_tensor(shape, "shape", "shape")
 
 

@@ -26,6 +26,8 @@ import weakref
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import get_default_graph
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
+from tensorweave.ops import init_ops
+from tensorweave.ops.variables import Variable
 
 __all__ = ["get_variable", "variable_scope", "get_variable_scope", "VariableScope", "AUTO_REUSE"]
 
@@ -38,8 +40,6 @@ AUTO_REUSE = _ReuseMode.AUTO_REUSE
 
 
 def _default_initializer(name, dtype):
-    from tensorweave.ops import init_ops
-
     if dtype.is_floating:
         return init_ops.glorot_uniform_initializer()
     if dtype.is_integer or dtype.is_unsigned or dtype.is_bool or dtype.is_string:
@@ -56,8 +56,6 @@ class _VariableStore:
         self.lock = threading.RLock()
 
     def get_variable(self, name, shape, dtype, initializer, reuse, trainable, collections, validate_shape):
-        from tensorweave.ops.variables import Variable
-
         shape = as_shape(shape) if shape is not None else None
         from_value = initializer is not None and not callable(initializer)
         if from_value and shape is not None:

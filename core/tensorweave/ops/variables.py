@@ -9,8 +9,9 @@ from tensorweave.framework.graph import (
     convert_to_tensor,
     get_default_graph,
     register_tensor_conversion_function,
+    session_for,
 )
-from tensorweave.ops import array_ops, control_ops, state_ops
+from tensorweave.ops import array_ops, control_flow_ops, state_ops
 
 
 class Variable:
@@ -88,9 +89,7 @@ class Variable:
 
     def load(self, value, session=None):
         """Assign ``value`` from Python (feeds it into the initializer's Assign)."""
-        from tensorweave.runtime.session import _session_for
-
-        _session_for(session, self.graph, "Variable.load()").run(
+        session_for(session, self.graph, "Variable.load()").run(
             self._initializer_op, {self._initializer_op.inputs[1]: value})
 
     def is_initialized(self):
@@ -142,8 +141,8 @@ def variables_initializer(var_list, name="init"):
     """An op that runs the initializers of ``var_list``."""
     var_list = list(var_list)
     if not var_list:
-        return control_ops.no_op(name=name)
-    return control_ops.group(*[v.initializer for v in var_list], name=name)
+        return control_flow_ops.no_op(name=name)
+    return control_flow_ops.group(*[v.initializer for v in var_list], name=name)
 
 
 def global_variables_initializer():

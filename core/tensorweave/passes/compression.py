@@ -20,30 +20,16 @@ Fetched values are never compressed (fetches leave from the producer's device).
 
 from __future__ import annotations
 
-from tensorweave.ops.control_ops import CONTROL_FLOW_OPS
+from tensorweave.framework import dtypes
+from tensorweave.framework.op_def import flat_input_is_ref
+from tensorweave.ops.compression_ops import COMPRESS, DECOMPRESS
+from tensorweave.ops.control_flow_primitives import CONTROL_FLOW_OPS
 from tensorweave.passes import plan_graph
-from tensorweave.runtime.executor import flat_input_is_ref
-
-COMPRESS = "_CompressF32ToBF16"
-DECOMPRESS = "_DecompressBF16ToF32"
-
-
-def register_ops(reg) -> None:
-    """The conversion ops (registered by the core's built-in plugin)."""
-    def same_shape(op):
-        return [op.inputs[0].shape]
-
-    reg.op(COMPRESS, inputs=["input: float32"], outputs=["output: uint16"], shape_fn=same_shape,
-           doc="The upper 16 bits of each float32 (bfloat16 by truncation), as uint16; NaN stays NaN.")
-    reg.op(DECOMPRESS, inputs=["input: uint16"], outputs=["output: float32"], shape_fn=same_shape,
-           doc="float32 from the truncated 16-bit form made by _CompressF32ToBF16 (lower bits zero).")
 
 
 def compress_edges(plan, kernels) -> int:
     """Insert conversion pairs on the plan's cross-device float32 edges; returns how many
     tensors are now sent compressed."""
-    from tensorweave.framework import dtypes
-
     device_of = plan.device_of
     fed = set(plan.feeds)
     # (tensor, destination device) -> [(consumer, input index)]

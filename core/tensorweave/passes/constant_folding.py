@@ -23,10 +23,10 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework.device_spec import DeviceSpec
+from tensorweave.framework.kernel_registry import KernelContext
 from tensorweave.framework.tensor_shape import TensorShape
-from tensorweave.ops.control_ops import CONTROL_FLOW_OPS
+from tensorweave.ops.control_flow_primitives import CONTROL_FLOW_OPS
 from tensorweave.passes import plan_graph
-from tensorweave.runtime.kernel_registry import KernelContext
 
 MAX_BYTES = 10 * 2**20
 NEVER_FOLD = frozenset(CONTROL_FLOW_OPS) | {

@@ -27,6 +27,7 @@ import math
 import threading
 
 from tensorweave.framework.device_spec import DeviceSpec
+from tensorweave.framework.kernel_registry import KernelContext
 
 # Throughput (flops/s) by device type for a device that does not state its own; a type not
 # listed counts as a CPU (so a FAKE device of speed 1.0 is as fast as the CPU). OpenCL may
@@ -233,7 +234,6 @@ class CostModel:
         if kernels is not None:
             kd = kernels.lookup(op.type, device.device_type, op._attrs)
             if kd is not None and kd.cost is not None:
-                from tensorweave.runtime.kernel_registry import KernelContext
                 try:
                     v = kd.cost(KernelContext(op, device, None))
                 except Exception:  # noqa: BLE001 - a broken estimate must not break placement

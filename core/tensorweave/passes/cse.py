@@ -23,7 +23,7 @@ import numpy as np
 
 from tensorweave.framework import dtypes
 from tensorweave.framework.tensor_shape import TensorShape
-from tensorweave.ops.control_ops import CONTROL_FLOW_OPS
+from tensorweave.ops.control_flow_primitives import CONTROL_FLOW_OPS
 from tensorweave.passes import plan_graph
 
 NEVER_MERGE = frozenset(CONTROL_FLOW_OPS) | {

@@ -29,8 +29,8 @@ import heapq
 
 from tensorweave.framework import errors
 from tensorweave.framework.device_spec import DeviceSpec
+from tensorweave.framework.op_def import flat_input_is_ref
 from tensorweave.passes.cost_model import CostModel
-from tensorweave.runtime.executor import flat_input_is_ref
 
 
 class _UnionFind:

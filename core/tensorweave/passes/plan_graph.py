@@ -24,6 +24,7 @@ import heapq
 import itertools
 
 from tensorweave.framework.graph import Graph, Operation, Tensor, apply_op
+from tensorweave.passes.prune import prune
 
 # Pass stages, in the order a plan build runs them (see docs/plugins.md).
 STAGES = ("prune", "pre_placement", "post_placement", "post_partition")
@@ -207,6 +208,4 @@ def add_node(plan, op_type: str, inputs=(), attrs=None, name: str | None = None,
 
 def reprune(plan) -> None:
     """Keep only the plan nodes the fetches and targets still need (after rewrites)."""
-    from tensorweave.passes.prune import prune
-
     plan.nodes = prune(plan.fetches, plan.targets, plan.feeds)

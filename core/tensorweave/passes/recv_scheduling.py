@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import bisect
 
-from tensorweave.ops.control_ops import CONTROL_FLOW_OPS
+from tensorweave.ops.control_flow_primitives import CONTROL_FLOW_OPS
 
 # Smaller values are cheap to hold; delaying their Recv could only cost latency.
 MIN_BYTES = 64 * 1024

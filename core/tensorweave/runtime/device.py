@@ -11,6 +11,7 @@ import threading
 
 import numpy as np
 
+from tensorweave import plugins
 from tensorweave.framework import errors
 from tensorweave.framework.device_spec import DeviceSpec
 
@@ -120,8 +121,6 @@ LOCAL_PREFIX = "/job:localhost/replica:0/task:0"
 
 def create_local_devices(config=None, name_prefix: str = LOCAL_PREFIX) -> list[Device]:
     """Every device every installed plugin offers, honouring ``config.device_count``."""
-    from tensorweave import plugins
-
     reg = plugins.registry()
     counts = dict(getattr(config, "device_count", None) or {})
     out: list[Device] = []

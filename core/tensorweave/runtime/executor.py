@@ -30,7 +30,12 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from tensorweave.framework import errors
-from tensorweave.runtime.kernel_registry import KernelContext, KernelDef, call_kernel_factory
+from tensorweave.framework.kernel_registry import KernelContext, KernelDef, call_kernel_factory
+from tensorweave.framework.op_def import flat_input_is_ref
+from tensorweave.ops.control_flow_primitives import CONTROL_FLOW_OPS
+from tensorweave.runtime.frames import ROOT, FrameInfo, FrameState
+from tensorweave.runtime.rendezvous import make_key
+from tensorweave.runtime.step import DEAD, StepContext, StepState, enter_loop, in_loop, leave_loop, wrap_kernel_error
 
 # Step kinds. The first three are inlined in the sequential loop.
 K_BINARY, K_UNARY, K_NULLARY, K_GENERIC, K_FREE = 2, 1, 0, 3, 4
@@ -45,62 +50,6 @@ SMALL_BYTES = 64 * 1024
 # nodes run faster inline (measured: a 64x128 MLP step was 4.6x slower when its 1-MFLOP
 # matmuls went to the pool).
 EXPENSIVE_FLOPS = 5e7
-
-
-def flat_input_is_ref(op) -> list[bool]:
-    """For each flat input of ``op``, whether its argument is a Ref (variable) input."""
-    out = []
-    for arg in op.op_def.inputs:
-        if arg.number_attr:
-            n = op._attrs[arg.number_attr]
-        elif arg.type_list_attr:
-            n = len(op._attrs[arg.type_list_attr])
-        else:
-            n = 1
-        out.extend([arg.is_ref] * n)
-    return out
-
-
-class StepContext:
-    """Per-run information handed to kernels that ask for it (``takes_context``/async)."""
-
-    __slots__ = ("step_id", "rendezvous", "options", "cancelled", "session", "stats", "_cancel_cbs",
-                 "step_resources")
-
-    def __init__(self, step_id=0, rendezvous=None, options=None, session=None, stats=None):
-        self.step_id = step_id
-        self.rendezvous = rendezvous
-        self.options = options
-        self.cancelled = False
-        self.session = session
-        self.stats = stats  # per-node timings are appended here when the run is traced
-        self._cancel_cbs = None
-        # Resources that live for one step (the stacks of while-loop gradients), shared by
-        # every partition of the step in this process; dropped with the StepContext.
-        self.step_resources = {}
-
-    def on_cancel(self, fn) -> bool:
-        """Call ``fn()`` when the step is cancelled (timeout, or another node failed), so an
-        async kernel parked outside the executor (a blocked queue dequeue) gives its wait
-        back. False, without registering, when the step is already cancelled."""
-        with _cancel_lock:
-            if self.cancelled:
-                return False
-            if self._cancel_cbs is None:
-                self._cancel_cbs = []
-            self._cancel_cbs.append(fn)
-            return True
-
-    def cancel(self) -> None:
-        """Mark the step cancelled and run the ``on_cancel`` callbacks (once each)."""
-        with _cancel_lock:
-            self.cancelled = True
-            cbs, self._cancel_cbs = self._cancel_cbs, None
-        for fn in cbs or ():
-            fn()
-
-
-_cancel_lock = threading.Lock()  # guards StepContext cancellation state (rarely contended)
 
 
 class _Node:
@@ -233,10 +182,6 @@ class CompiledPartition:
 
     def __init__(self, nodes, feeds, fetches, device, kernels, resources, kernel_cache,
                  session=None, recvs=(), sends=(), loops=None):
-        from tensorweave.ops.control_ops import CONTROL_FLOW_OPS
-        from tensorweave.runtime.frames import ROOT, FrameInfo
-        from tensorweave.runtime.rendezvous import make_key
-
         # Control flow (frames, iterations, dead tensors) runs in runtime/frames.py.
         frame_mode = bool(loops) or any(op.type in CONTROL_FLOW_OPS for op in nodes) or any(
             getattr(tr, "frame", ROOT) != ROOT for tr in (*recvs, *sends))
@@ -646,7 +591,6 @@ class CompiledPartition:
         """Begin a dynamic execution: runs what is ready inline, returns without waiting.
         ``timeout`` bounds loops, which may run inline for as long as they iterate."""
         if self.frame_info is not None:
-            from tensorweave.runtime.frames import FrameState
             state = FrameState(self, self._initial_values(feed_values), step, pool, timeout)
         else:
             state = _DynamicState(self, self._initial_values(feed_values), step, pool)
@@ -678,8 +622,6 @@ class CompiledPartition:
         return self._results(vals)
 
     def _check_fetches_live(self, vals):
-        from tensorweave.runtime.frames import DEAD
-
         for name, s in zip(self.fetch_names, self.fetch_slots):
             if vals[s] is DEAD:
                 raise errors.InvalidArgumentError(
@@ -691,12 +633,8 @@ class CompiledPartition:
                     "never became ready (a malformed control-flow graph?)")
 
 
-# set while this thread runs an executor loop (shared with runtime/frames.py)
-from tensorweave.runtime.frames import _in_loop, enter_loop, leave_loop  # noqa: E402
-
-
-class _DynamicState:
-    """Run-time state of one dynamic execution: pending counts, outstanding work, errors.
+class _DynamicState(StepState):
+    """Run-time state of one dynamic execution: pending counts and outstanding work.
 
     Every node is finished exactly once. After an error the remaining nodes are still
     finished (skipped, not run), so the outstanding count always reaches zero and a failed
@@ -704,17 +642,10 @@ class _DynamicState:
     """
 
     def __init__(self, part: CompiledPartition, vals, step, pool):
-        self.part = part
-        self.vals = vals
-        self.step = step
-        self.pool = pool
+        super().__init__(part, vals, step, pool, threading.Lock())
         self.pending = {n: n.pending for n in part.nodes}
         self.uses = dict(part.dyn_uses)  # consumers left per freeable slot
-        self.lock = threading.Lock()
         self.outstanding = len(part.nodes)
-        self.done = threading.Event()
-        self.error = None
-        self.stats = step.stats  # a list to append per-node timings to, when tracing
         if self.outstanding == 0:
             self.done.set()
 
@@ -731,7 +662,7 @@ class _DynamicState:
                 self.pool.submit(self._run_loop, [n])
             else:
                 queue.append(n)
-        if queue and not getattr(_in_loop, "active", False):
+        if queue and not getattr(in_loop, "active", False):
             self._run_loop(queue)
 
     def _run_loop(self, queue):
@@ -779,26 +710,17 @@ class _DynamicState:
                     self._fail(e, n)
             ready = self._finish(n)
             if ready:
-                if getattr(_in_loop, "state", None) is self:
+                if getattr(in_loop, "state", None) is self:
                     # Completed during the kernel call, in our own loop (a dequeue that found
                     # an element): go on in this thread instead of a pool hop.
-                    self._dispatch(ready, _in_loop.queue)
-                elif getattr(_in_loop, "active", False):
+                    self._dispatch(ready, in_loop.queue)
+                elif getattr(in_loop, "active", False):
                     # Called from inside an executor loop (ours, or a sender's in another
                     # partition): hand the work to the pool rather than recursing.
                     self.pool.submit(self._run_loop, ready)
                 else:
                     self._run_loop(ready)
         return done
-
-    def _fail(self, e, n):
-        with self.lock:
-            first = self.error is None
-            if first:
-                self.error = (e, n.op)
-        self.step.cancel()
-        if first and self.step.rendezvous is not None and not isinstance(e, errors.AbortedError):
-            self.step.rendezvous.abort(wrap_kernel_error(e, n.op, self.part.device))
 
     def _finish(self, n):
         ready = []
@@ -868,21 +790,3 @@ def _call_async_blocking(n, step, args):
     if box["err"] is not None:
         raise box["err"]
     return box["out"]
-
-
-def wrap_kernel_error(exc: BaseException, op, device) -> errors.OpError:
-    """Turn whatever a kernel raised into a tw error that names the node, op and device."""
-    where = f"{op.type} node '{op.name}' on {device.name}" if op is not None else f"a node on {device.name}"
-    if isinstance(exc, errors.OpError):
-        if op is not None and exc.node_def is None:
-            exc.node_def = op.name
-            exc.op = op
-            if f"node '{op.name}'" not in exc.message:
-                exc.message = f"{where}: {exc.message}"
-                exc.args = (exc.message,)
-        return exc
-    if isinstance(exc, MemoryError):
-        return errors.ResourceExhaustedError(f"{where}: out of memory: {exc}", node_def=getattr(op, "name", None), op=op)
-    if isinstance(exc, (ValueError, IndexError, TypeError, np.linalg.LinAlgError, KeyError, ZeroDivisionError)):
-        return errors.InvalidArgumentError(f"{where}: {type(exc).__name__}: {exc}", node_def=getattr(op, "name", None), op=op)
-    return errors.InternalError(f"{where}: {type(exc).__name__}: {exc}", node_def=getattr(op, "name", None), op=op)

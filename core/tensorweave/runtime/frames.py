@@ -37,18 +37,7 @@ import numpy as np
 
 from tensorweave.framework import errors
 from tensorweave.runtime.rendezvous import make_key
-
-
-class _Dead:
-    """The value of a dead tensor (one instance)."""
-
-    __slots__ = ()
-
-    def __repr__(self):
-        return "DEAD"
-
-
-DEAD = _Dead()
+from tensorweave.runtime.step import DEAD, StepState, enter_loop, in_loop, leave_loop
 
 ROOT = ""  # the root frame's name; its instance key is 0 so root transfers match executor.py's keys
 
@@ -150,29 +139,22 @@ class _Iter:
         self.tag = (frame.key, i)
 
 
-class FrameState:
-    """Run-time state of one step of a partition with control flow (interface of
-    executor._DynamicState: ``start``, ``done``, ``error``, ``vals``, ``step``)."""
+class FrameState(StepState):
+    """Run-time state of one step of a partition with control flow (the flat plans' is
+    executor._DynamicState; both are started with ``start`` and awaited through ``done``)."""
 
     def __init__(self, part, vals, step, pool, timeout=None):
-        self.part = part
+        super().__init__(part, vals, step, pool, threading.RLock())
         # Loops run inline for as long as they iterate, so the step's deadline is checked
         # here too, not only by the thread that waits in finish().
         self.deadline = None if timeout is None else time.monotonic() + timeout
         self.timeout = timeout
         self._ticks = 0
         self.info: FrameInfo = part.frame_info
-        self.step = step
-        self.pool = pool
-        self.lock = threading.RLock()
-        self.done = threading.Event()
-        self.error = None
-        self.stats = step.stats
         self.root_frame = _Frame(ROOT, 0, None, 0, 1, False)
         self.root = _Iter(self.root_frame, 0, vals)
         self.root_frame.iters[0] = self.root
         self.root_frame.active = 1
-        self.vals = vals
 
     # --- bookkeeping (called with self.lock held) -------------------------------------------
     def _ready(self, n, it, dead, out):
@@ -396,7 +378,7 @@ class FrameState:
                 self.pool.submit(self._run_loop, [item])
             else:
                 queue.append(item)
-        if queue and not getattr(_in_loop, "active", False):
+        if queue and not getattr(in_loop, "active", False):
             self._run_loop(queue)
 
     def _queue_ready(self, ready, queue):
@@ -417,7 +399,7 @@ class FrameState:
         try:
             if not isinstance(queue, deque):
                 queue = deque(queue)
-                _in_loop.queue = queue
+                in_loop.queue = queue
             pop = queue.popleft
             while queue:
                 n, it, dead = pop()
@@ -536,14 +518,14 @@ class FrameState:
                 dead = outputs[0] is DEAD
             elif len(n.outs) == 1:
                 outputs = (outputs[0] if n.unwrap and isinstance(outputs, tuple | list) else outputs,)
-            if getattr(_in_loop, "state", None) is self:
+            if getattr(in_loop, "state", None) is self:
                 # Completed during the kernel call, in our own loop: go on in this thread.
-                self._finish(n, it, outputs, dead, _in_loop.queue)
+                self._finish(n, it, outputs, dead, in_loop.queue)
                 return
             queue = deque()
             self._finish(n, it, outputs, dead, queue)
             if queue:
-                if getattr(_in_loop, "active", False):
+                if getattr(in_loop, "active", False):
                     self.pool.submit(self._run_loop, queue)
                 else:
                     self._run_loop(queue)
@@ -558,31 +540,5 @@ class FrameState:
         if ready:
             self._queue_ready(ready, queue)
 
-    def _fail(self, e, n):
-        with self.lock:
-            first = self.error is None
-            if first:
-                self.error = (e, n.op)
-        self.step.cancel()
-        if first and self.step.rendezvous is not None and not isinstance(e, errors.AbortedError):
-            from tensorweave.runtime.executor import wrap_kernel_error
-            self.step.rendezvous.abort(wrap_kernel_error(e, n.op, self.part.device))
-
 
 _ASYNC = object()
-
-# Which executor loop this thread is running (shared with executor.py): an async completion
-# that arrives inside its own state's loop joins that loop's queue; inside another one's, it
-# goes to the pool instead of recursing.
-_in_loop = threading.local()
-
-
-def enter_loop(state, queue):
-    """Mark this thread as running ``state``'s loop over ``queue``; returns what to restore."""
-    outer = (getattr(_in_loop, "active", False), getattr(_in_loop, "state", None), getattr(_in_loop, "queue", None))
-    _in_loop.active, _in_loop.state, _in_loop.queue = True, state, queue
-    return outer
-
-
-def leave_loop(outer) -> None:
-    _in_loop.active, _in_loop.state, _in_loop.queue = outer

@@ -10,7 +10,7 @@ handle in its own resources). Any kernel holding a handle value finds the queue 
     q = queues.lookup(ctx.resources, handle)      # ctx: the kernel factory's KernelContext
 
 Waiting never holds a thread. Enqueue and dequeue take a ``done`` continuation (the
-executor's async-kernel convention, see ``runtime/kernel_registry.py``)::
+executor's async-kernel convention, see ``framework/kernel_registry.py``)::
 
     def read(step, done, reader_handle, queue_handle):          # an is_async kernel
         q = queues.lookup(resources, queue_handle)

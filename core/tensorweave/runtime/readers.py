@@ -21,14 +21,15 @@ so one bad file does not repeat its error forever.
 from __future__ import annotations
 
 import collections
+import gzip
 import os
 import threading
 import zlib
 
 import numpy as np
 
-from tensorweave.framework import errors
-from tensorweave.runtime import handles, record_io
+from tensorweave.framework import errors, record_io
+from tensorweave.runtime import handles
 
 __all__ = ["Reader", "WholeFileReader", "TextLineReader", "FixedLengthRecordReader", "TFRecordReader",
            "make_handle", "parse_handle", "lookup", "lookup_or_create"]
@@ -393,8 +394,6 @@ class FixedLengthRecordReader(Reader):
         path = os.fsdecode(filename)
         raw = _open(path)
         if self.encoding == "GZIP":
-            import gzip
-
             self._f = gzip.GzipFile(fileobj=raw, mode="rb")
         elif self.encoding == "ZLIB":
             self._f = record_io._ZlibReader(raw)

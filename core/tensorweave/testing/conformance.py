@@ -36,6 +36,11 @@ from typing import Any
 
 import numpy as np
 
+import tensorweave as tw
+from tensorweave import errors, plugins
+from tensorweave.framework.graph import apply_op
+from tensorweave.ops.training_ops import _INPUT_ORDER, UPDATES
+
 # ---------------------------------------------------------------------------------------
 # tolerances
 
@@ -476,7 +481,6 @@ def unsorted_segment_sum(dtype, rng):
 
 def const(dtype, rng):
     def build(op_type, inputs, attrs, _v=None):
-        import tensorweave as tw
         return tw.constant(attrs["_value"])
     return [Case([], {"_value": values(s, dtype, rng)}, _label(s), build=build) for s in ((2, 3), ())]
 
@@ -494,7 +498,6 @@ def _var_case(inputs, attrs, label, modes):
 
 def variable(dtype, rng):
     def build(op_type, inputs, attrs):
-        import tensorweave as tw
         v = tw.Variable(attrs["_value"])
         return v.value()
     return [Case([], {"_value": values((2, 3), dtype, rng)}, "2x3", build=build)]
@@ -512,7 +515,6 @@ def is_variable_initialized(dtype, rng):
 
 def apply_update(op_type):
     def gen(dtype, rng):
-        from tensorweave.ops.training_ops import _INPUT_ORDER, UPDATES
         refs = UPDATES[op_type][0]
         scalars = {"alpha": 0.1, "lr": 0.1, "momentum": 0.9, "beta1_power": 0.9, "beta2_power": 0.99, "beta1": 0.9,
                    "beta2": 0.999, "epsilon": 1e-3, "rho": 0.9}
@@ -773,8 +775,6 @@ class _Built:
 
 
 def _flatten(out) -> list:
-    import tensorweave as tw
-
     if out is None or isinstance(out, tw.Operation):
         return []
     if isinstance(out, tw.Tensor):
@@ -787,10 +787,6 @@ def _flatten(out) -> list:
 
 
 def _build(op_type, cases, device, dtype, grads=False) -> _Built:
-    import tensorweave as tw
-    from tensorweave import plugins
-    from tensorweave.framework.graph import apply_op
-
     op_def = plugins.registry().ops.get(op_type)
     g = tw.Graph()
     b = _Built(g, {}, [], [], [], [], None, [] if grads else None)
@@ -840,8 +836,6 @@ def _build(op_type, cases, device, dtype, grads=False) -> _Built:
 
 
 def _gradients(case, outs, fed, dtype):
-    import tensorweave as tw
-
     which = case.grad_outputs if case.grad_outputs is not None else range(len(outs))
     ys = [outs[k] for k in which if k < len(outs) and outs[k].dtype.is_floating]
     xs = [(i, ph) for i, ph in fed if ph.dtype.is_floating and (case.grad_args is None or i in case.grad_args)]
@@ -858,8 +852,6 @@ def _gradients(case, outs, fed, dtype):
 
 
 def _run(b: _Built, soft: bool):
-    import tensorweave as tw
-
     config = tw.ConfigProto(allow_soft_placement=soft)
     md = tw.RunMetadata()
     with tw.Session(graph=b.graph, config=config) as sess:
@@ -930,8 +922,6 @@ class Check:
     def run(self) -> None:
         """Raise ConformanceFailure when the device disagrees with the CPU, Unsupported when
         the check cannot run on this device; return None when it passes."""
-        from tensorweave import errors, plugins
-
         device = f"/device:{self.device_type}:0"
         grads = self.kind == "gradients"
         dtype = self.dtype.split("->")[0]
@@ -1005,8 +995,6 @@ class Plan:
 
 def missing_ops(device_type: str) -> list[str]:
     """Ops that have a CPU kernel but no kernel for ``device_type``."""
-    from tensorweave import plugins
-
     kernels = plugins.registry().kernels
     have = set(kernels.ops_for_device(device_type.upper()))
     return sorted(op for op in kernels.ops_for_device("CPU") if op not in have)
@@ -1014,8 +1002,6 @@ def missing_ops(device_type: str) -> list[str]:
 
 def plan(device_type: str, ops=None, gradients: bool = True) -> Plan:
     """The checks for every op with a ``device_type`` kernel (or only ``ops``)."""
-    from tensorweave import plugins
-
     device_type = device_type.upper()
     reg = plugins.registry()
     have = reg.kernels.ops_for_device(device_type)

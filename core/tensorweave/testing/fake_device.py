@@ -118,7 +118,7 @@ class _FakePlugin:
         for (op_type, dt), kd in list(registry.items()):
             if dt != "CPU" or kd.is_async or kd.takes_context:
                 continue
-            op_def = reg.ops._ops.get(op_type)
+            op_def = reg.ops.get(op_type) if op_type in reg.ops else None
             if op_def is None or op_def.stateful or any(a.is_ref for a in op_def.inputs) or op_def.outputs_ref:
                 continue
             if self.ops is not None and op_type not in self.ops:
@@ -163,8 +163,8 @@ def register_fake_devices(count=2, speed=1.0, memory_limit=None, ops=None) -> Fa
     """Register FAKE devices and kernels in this process (once; later calls update the
     factory's count/speed/limit). Returns the factory."""
     reg = plugins.registry()
-    existing = reg.device_factories.get("FAKE")
-    if existing is not None:
+    if "FAKE" in reg.device_factories:
+        existing = reg.device_factories["FAKE"]
         existing._count, existing.speed, existing.memory_limit = count, speed, memory_limit
         return existing
     plugin = _FakePlugin(count, speed, memory_limit, ops)

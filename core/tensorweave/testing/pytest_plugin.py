@@ -19,6 +19,9 @@ from pathlib import Path
 
 import pytest
 
+from tensorweave import plugins
+from tensorweave.testing import conformance
+
 
 def pytest_addoption(parser):
     group = parser.getgroup("tensorweave", "tensorweave device conformance")
@@ -39,23 +42,17 @@ class ConformanceItem(pytest.Item):
         self.add_marker(pytest.mark.tw_conformance)
 
     def runtest(self):
-        from tensorweave.testing import conformance
-
         try:
             self.check.run()
         except conformance.Unsupported as e:
             pytest.skip(str(e))
 
     def repr_failure(self, excinfo, style=None):
-        from tensorweave.testing import conformance
-
         if isinstance(excinfo.value, conformance.ConformanceFailure):
             return str(excinfo.value)
         return super().repr_failure(excinfo, style=style)
 
     def reportinfo(self):
-        from tensorweave.testing import conformance
-
         return Path(conformance.__file__), None, f"tensorweave conformance {self.name}"
 
 
@@ -92,8 +89,6 @@ def pytest_collection_modifyitems(session, config, items):
     state = config.stash.get(_STASH, None)
     if state is None:
         return
-    from tensorweave import plugins
-    from tensorweave.testing import conformance
 
     reg = plugins.registry()
     if state.device_type not in reg.device_factories:

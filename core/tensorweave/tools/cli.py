@@ -2,7 +2,8 @@
 
 ``tensorweave plugins``   every plugin: entry point, distribution, status, what it registered, note/error
 ``tensorweave devices``   the local devices the installed plugins create
-``tensorweave doctor``    Python, NumPy, BLAS, OpenCL ICDs, nvcc, and hints (never applied silently)
+``tensorweave doctor``    Python, NumPy, BLAS, what each plugin needs (OpenCL ICDs, nvcc, ...: their
+                          ``tensorweave_doctor`` hooks), and hints (never applied silently)
 ``tensorweave version``   the core's version
 ``tensorweave worker --config cluster.toml --job worker --task 0``
                           serve one task of a cluster until SIGTERM/SIGINT (the task can also
@@ -11,8 +12,10 @@
                           a local cluster: one worker process per task (distributed/launcher.py)
 
 Also runs as ``python -m tensorweave``. Exit status: 0 on success, 1 when the plugins
-conflict, no device is available, or a task or cluster fails to start or stop, 2 on a usage
-or configuration error.
+conflict or a plugin's hooks are invalid, no device is available, or a task or cluster fails
+to start or stop, 2 on a usage or configuration error. Messages the library logs (a plugin
+that failed to load, ...) go to stderr; ``-v`` before the command shows debug detail
+(tracebacks).
 """
 
 from __future__ import annotations
@@ -22,18 +25,26 @@ import contextlib
 import ctypes
 import importlib.metadata as md
 import io
+import logging
 import os
 import platform
 import re
-import shutil
 import signal
-import subprocess
 import sys
 import threading
-import warnings
+
+import numpy as np
+
+import tensorweave
+from tensorweave import plugins
+from tensorweave.distributed import cluster as cl
+from tensorweave.distributed import launcher
+from tensorweave.distributed.launcher import default_dir
+from tensorweave.distributed.server import Server
+from tensorweave.framework import errors
+from tensorweave.runtime.device import create_local_devices
 
 ENTRY_POINT_GROUP = "tensorweave"
-OPENCL_VENDORS_DIR = "/etc/OpenCL/vendors"
 
 # The kinds PluginInfo.registered counts, in display order, with singular/plural names.
 _KINDS = [("ops", "op", "ops"), ("kernels", "kernel", "kernels"), ("devices", "device type", "device types"),
@@ -94,29 +105,29 @@ def _report_conflict(e: Exception) -> int:
     return 1
 
 
-def _load_registry():
-    """The registries, or the PluginConflictError that prevents them."""
-    from tensorweave import plugins
-    from tensorweave.framework import errors
-
+def _load_registry(quiet: bool = False):
+    """The registries, or the PluginConflictError that prevents them. ``quiet``: the caller
+    reports failed plugins itself, so the loader's warnings would only repeat it."""
+    loader_log = logging.getLogger(plugins.__name__)
+    level = loader_log.level
+    if quiet:
+        loader_log.setLevel(logging.ERROR)
     try:
         return plugins.registry(), None
     except errors.PluginConflictError as e:
         return None, e
+    finally:
+        loader_log.setLevel(level)
 
 
 # ---------------------------------------------------------------------------------------------
 def cmd_plugins(args) -> int:
-    # Failed plugins are shown in the table with their reason; the loader's warnings would
-    # only repeat that on stderr.
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        reg, conflict = _load_registry()
+    reg, conflict = _load_registry(quiet=True)  # failed plugins are in the table, with the reason
     if conflict is not None:
         return _report_conflict(conflict)
     rows = []
     for p in reg.plugins:
-        detail = p.error if p.status == "failed" else (p.note or "")
+        detail = p.error if p.status in ("failed", "invalid") else (p.note or "")
         if p.status == "failed" and p.note and p.note not in (p.error or ""):
             detail = f"{p.error} ({p.note})"
         row = [p.name, p.label, p.status, format_registered(p.registered) if p.status == "loaded" else "-"]
@@ -133,13 +144,13 @@ def cmd_plugins(args) -> int:
     disabled = os.environ.get("TENSORWEAVE_DISABLE_PLUGINS")
     if disabled:
         print(f"TENSORWEAVE_DISABLE_PLUGINS={disabled}")
-    return 0
+    invalid = [p for p in reg.plugins if p.status == "invalid"]
+    for p in invalid:
+        _err(f"plugin {p.name!r} ({p.label}) does not match tensorweave's hooks: {p.error}")
+    return 1 if invalid else 0
 
 
 def cmd_devices(args) -> int:
-    from tensorweave.framework import errors
-    from tensorweave.runtime.device import create_local_devices
-
     reg, conflict = _load_registry()
     if conflict is not None:
         return _report_conflict(conflict)
@@ -163,7 +174,8 @@ def cmd_devices(args) -> int:
         print(f"  description  {d.description or '-'}")
         print(f"  allocator    {getattr(alloc, 'name', '?')} ({type(alloc).__name__}, {limit_text})"
               + (f"; available: {', '.join(map(str, available))}" if available else ""))
-        source = reg.device_factory_sources.get(d.device_type.upper()) if reg is not None else None
+        dt = d.device_type.upper()
+        source = reg.device_factories.source_of(dt) if reg is not None and dt in reg.device_factories else None
         if source:
             print(f"  plugin       {source}")
     return 0
@@ -178,8 +190,6 @@ def cmd_version(args) -> int:
 # doctor
 def _blas_from_numpy_config() -> dict:
     """name/version/config of NumPy's BLAS from ``numpy.show_config`` (dicts on NumPy >= 1.26)."""
-    import numpy as np
-
     try:
         cfg = np.show_config(mode="dicts")
         blas = cfg.get("Build Dependencies", {}).get("blas", {})
@@ -282,50 +292,7 @@ def openblas_hint(blas_name: str | None, coretype_env: str | None, machine: str,
             + ("." if has_avx512 else ", and only CPUs with AVX-512 (avx512f) can use it."))
 
 
-def _nvcc_path() -> str | None:
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    candidate = os.path.join(home, "bin", "nvcc")
-    return candidate if os.access(candidate, os.X_OK) else None
-
-
-def _nvcc_release(path: str) -> str:
-    try:
-        out = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=20).stdout
-    except (OSError, subprocess.SubprocessError) as e:
-        return f"does not run ({e})"
-    for line in out.splitlines():
-        if "release" in line:
-            return line.split(",", 1)[-1].strip()
-    return out.strip().splitlines()[-1] if out.strip() else "unknown version"
-
-
-def _opencl_icds() -> tuple[str, list[str]]:
-    where = os.environ.get("OCL_ICD_VENDORS") or OPENCL_VENDORS_DIR
-    if os.path.isfile(where):
-        return where, [os.path.basename(where)]
-    try:
-        return where, sorted(f for f in os.listdir(where) if f.endswith(".icd"))
-    except OSError:
-        return where, []
-
-
-def _has_module(name: str) -> bool:
-    import importlib.util
-
-    try:
-        return importlib.util.find_spec(name) is not None
-    except (ImportError, ValueError):
-        return False
-
-
 def cmd_doctor(args) -> int:
-    import numpy as np
-
-    import tensorweave
-
     rows: list[tuple[str, str]] = []
     hints: list[str] = []
     rows.append(("tensorweave", f"{_core_version()} ({os.path.dirname(tensorweave.__file__)})"))
@@ -356,27 +323,15 @@ def cmd_doctor(args) -> int:
     if hint:
         hints.append(hint)
 
-    where, icds = _opencl_icds()
-    ocl = f"ICDs in {where}: {', '.join(icds)}" if icds else f"no ICD in {where}"
-    ocl += f"; pyopencl {'installed' if _has_module('pyopencl') else 'not installed'}"
-    rows.append(("OpenCL", ocl))
-    if not icds:
-        hints.append("no OpenCL ICD: `apt-get install pocl-opencl-icd` gives a CPU OpenCL platform "
-                     "(tensorweave-opencl's tests then run on any machine).")
-
-    nvcc = _nvcc_path()
-    rows.append(("nvcc", f"{nvcc} ({_nvcc_release(nvcc)})" if nvcc else "not found (PATH, $CUDA_HOME/bin, /usr/local/cuda/bin)"))
-
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        reg, conflict = _load_registry()
+    reg, conflict = _load_registry(quiet=True)
     if conflict is not None:
         rows.append(("plugins", f"CONFLICT: {conflict}"))
     else:
-        counts: dict[str, int] = {}
-        for p in reg.plugins:
-            counts[p.status] = counts.get(p.status, 0) + 1
-        names = ", ".join(f"{p.name} ({p.status})" for p in reg.plugins if p.name != "tensorweave")
+        for _info, results in plugins.each_plugin("tensorweave_doctor"):
+            for lines in results:
+                for label, text in lines or ():
+                    (hints if label == "hint" else rows).append(text if label == "hint" else (label, text))
+        names = ", ".join(f"{p.name} ({p.status})" for p in reg.plugins if p.distribution != "tensorweave")
         rows.append(("plugins", (names or "none installed") + "  -- see `tensorweave plugins`"))
         types = sorted(reg.device_factories)
         rows.append(("device types", ", ".join(types) if types
@@ -393,10 +348,6 @@ def cmd_doctor(args) -> int:
 # ---------------------------------------------------------------------------------------------
 # worker and cluster
 def cmd_worker(args) -> int:
-    from tensorweave.distributed import cluster as cl
-    from tensorweave.distributed import launcher
-    from tensorweave.framework import errors
-
     try:
         config = cl.load_config(args.config) if args.config else cl.config_from_env()
         job = args.job if args.job is not None else (config.task[0] if config.task else None)
@@ -415,8 +366,6 @@ def cmd_worker(args) -> int:
     previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
         try:
-            from tensorweave.distributed.server import Server
-
             server = Server(config, job, task)
             server.start()  # a no-op where the constructor already started it
         except errors.OpError as e:
@@ -439,9 +388,6 @@ def cmd_worker(args) -> int:
 
 
 def cmd_cluster_up(args) -> int:
-    from tensorweave.distributed import launcher
-    from tensorweave.framework import errors
-
     try:
         path, tasks = launcher.up(args.dir, workers=args.workers, ps=args.ps, transport=args.transport,
                                   tensors_transport=args.tensors_transport, host=args.host,
@@ -459,9 +405,6 @@ def cmd_cluster_up(args) -> int:
 
 
 def cmd_cluster_down(args) -> int:
-    from tensorweave.distributed import launcher
-    from tensorweave.framework import errors
-
     try:
         results = launcher.down(args.dir, grace=args.grace)
     except errors.NotFoundError as e:
@@ -476,9 +419,6 @@ def cmd_cluster_down(args) -> int:
 
 
 def cmd_cluster_status(args) -> int:
-    from tensorweave.distributed import launcher
-    from tensorweave.framework import errors
-
     try:
         record, rows = launcher.status(args.dir)
     except errors.OpError as e:
@@ -495,6 +435,8 @@ def cmd_cluster_status(args) -> int:
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tensorweave", description="tensorweave command-line tools")
     p.add_argument("--version", action="version", version=f"tensorweave {_core_version()}")
+    p.add_argument("-v", "--debug", action="store_true",
+                   help="log debug detail (e.g. why a plugin failed, with its traceback)")
     sub = p.add_subparsers(dest="command", metavar="COMMAND")
     sp = sub.add_parser("plugins", help="list plugins: status, what each registered, notes and errors")
     sp.add_argument("-v", "--verbose", action="store_true", help="also show each plugin's module")
@@ -509,8 +451,6 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--job", help="this task's job (default: the task in $TW_CONFIG)")
     sp.add_argument("--task", type=int, help="this task's index in its job (default 0)")
     sp.set_defaults(func=cmd_worker)
-
-    from tensorweave.distributed.launcher import default_dir
 
     sp = sub.add_parser("cluster", help="a local cluster: one worker process per task (up, down, status)")
     csub = sp.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
@@ -538,6 +478,8 @@ def _parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     parser = _parser()
     args = parser.parse_args(argv)
+    logging.basicConfig(level=logging.DEBUG if args.debug else logging.WARNING,
+                        format="tensorweave: %(levelname)s: %(message)s")
     if getattr(args, "func", None) is None:
         parser.print_help(sys.stderr)
         return 2

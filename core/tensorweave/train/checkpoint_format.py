@@ -33,6 +33,7 @@ for (measured faster than copying out of an ``mmap``, whose page faults dominate
 from __future__ import annotations
 
 import contextlib
+import importlib.metadata as md
 import json
 import os
 import struct
@@ -94,8 +95,6 @@ def checkpoint_exists(prefix) -> bool:
 
 
 def _version() -> str:
-    import importlib.metadata as md
-
     try:
         return md.version("tensorweave")
     except md.PackageNotFoundError:

@@ -20,6 +20,7 @@ and values travel between workers and ps tasks.
 
 from __future__ import annotations
 
+from tensorweave.distributed.master import _cluster_dict, _normalise_cluster
 from tensorweave.framework import errors
 from tensorweave.framework.device_spec import DeviceSpec
 
@@ -83,8 +84,6 @@ def replica_device_setter(ps_tasks=0, ps_device="/job:ps", worker_device="/job:w
             y = tw.matmul(x, w) + b       # /job:worker
     """
     if cluster is not None:
-        from tensorweave.distributed.master import _cluster_dict, _normalise_cluster
-
         try:
             tasks = _normalise_cluster(_cluster_dict(cluster))
         except errors.InvalidArgumentError as e:

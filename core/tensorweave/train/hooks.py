@@ -17,6 +17,9 @@ import time
 from typing import Any
 
 from tensorweave.framework import errors
+from tensorweave.framework.graph import GraphKeys, get_default_graph
+from tensorweave.train.saver import latest_checkpoint
+from tensorweave.train.training_util import get_global_step
 
 __all__ = [
     "SessionRunHook", "SessionRunArgs", "SessionRunContext", "SessionRunValues", "SecondOrStepTimer",
@@ -130,8 +133,6 @@ class CheckpointSaverListener:
 
 
 def _global_step_or_fail(who):
-    from tensorweave.train.training_util import get_global_step
-
     step = get_global_step()
     if step is None:
         raise errors.FailedPreconditionError(
@@ -165,7 +166,6 @@ class CheckpointSaverHook(SessionRunHook):
             return self._saver
         if self._scaffold is not None:
             return self._scaffold.saver
-        from tensorweave.framework.graph import GraphKeys, get_default_graph
 
         savers = get_default_graph().get_collection(GraphKeys.SAVERS)
         if len(savers) != 1:
@@ -175,8 +175,6 @@ class CheckpointSaverHook(SessionRunHook):
         return savers[0]
 
     def after_create_session(self, session, coord):
-        from tensorweave.train.saver import latest_checkpoint
-
         step = int(session.run(self._global_step))
         latest = latest_checkpoint(self._checkpoint_dir)
         if latest is None or os.path.abspath(latest) != os.path.abspath(f"{self._save_path}-{step}"):

@@ -19,7 +19,7 @@ from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import GraphKeys, Tensor, constant_value, convert_to_tensor, get_default_graph
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
 from tensorweave.ops import array_ops, random_ops
-from tensorweave.ops.data_flow_ops import FIFOQueue, RandomShuffleQueue
+from tensorweave.ops.data_flow_ops import FIFOQueue, RandomShuffleQueue, count_up_to
 from tensorweave.ops.variables import Variable
 from tensorweave.train.queue_runner import QueueRunner, add_queue_runner
 
@@ -39,7 +39,6 @@ def limit_epochs(tensor, num_epochs=None, name=None):
         with g.control_dependencies(None):
             epochs = Variable(convert_to_tensor(0, dtype=dtypes.int64), name="epochs", trainable=False,
                               collections=[GraphKeys.LOCAL_VARIABLES])
-        from tensorweave.ops.data_flow_ops import count_up_to
         counter = count_up_to(epochs, num_epochs)
         with g.control_dependencies([counter]):
             return array_ops.identity(tensor, name=scope.rstrip("/").split("/")[-1])

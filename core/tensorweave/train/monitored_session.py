@@ -23,9 +23,17 @@ from __future__ import annotations
 import sys
 import time
 
+from tensorweave.client.session import Session
+from tensorweave.distributed import wire
+from tensorweave.distributed.master import DistributedSession
 from tensorweave.framework import errors
 from tensorweave.framework.graph import GraphKeys, get_default_graph
+from tensorweave.ops import state_ops
+from tensorweave.ops import variables as variables_mod
+from tensorweave.train.coordinator import Coordinator
 from tensorweave.train.hooks import CheckpointSaverHook, SessionRunArgs, SessionRunContext, SessionRunValues
+from tensorweave.train.queue_runner import start_queue_runners
+from tensorweave.train.saver import Saver, latest_checkpoint
 
 __all__ = ["Scaffold", "ChiefSessionCreator", "MonitoredSession", "MonitoredTrainingSession",
            "restore_or_initialize"]
@@ -60,9 +68,6 @@ class Scaffold:
         """Create the missing init ops, ready check and Saver; finalize the graph."""
         if self._finalized:
             return self
-        from tensorweave.ops import state_ops
-        from tensorweave.ops import variables as variables_mod
-        from tensorweave.train.saver import Saver
 
         g = get_default_graph()
         if self.init_op is None:
@@ -104,8 +109,6 @@ def restore_or_initialize(session, scaffold, checkpoint_dir=None, checkpoint_fil
     then run the local init op and check that nothing is left uninitialized.
 
     Returns the checkpoint restored from, or None if the variables were initialized."""
-    from tensorweave.train.saver import latest_checkpoint
-
     ckpt = checkpoint_filename_with_path
     if ckpt is None and checkpoint_dir:
         ckpt = latest_checkpoint(checkpoint_dir)
@@ -139,8 +142,6 @@ class ChiefSessionCreator:
         self.restored_from = None
 
     def create_session(self):
-        from tensorweave.runtime.session import Session
-
         self._scaffold.finalize()
         session = Session(self._master, graph=get_default_graph(), config=self._config)
         try:
@@ -174,9 +175,6 @@ class MonitoredSession:
 
     def _start_session(self, close_on_error=True):
         """Queue runners and hooks' ``after_create_session`` for a newly created session."""
-        from tensorweave.train.coordinator import Coordinator
-        from tensorweave.train.queue_runner import start_queue_runners
-
         self._coord = Coordinator(clean_stop_exception_types=(errors.OutOfRangeError,))
         self._threads = []
         try:
@@ -189,8 +187,6 @@ class MonitoredSession:
             raise
 
     def _recoverable(self, e) -> bool:
-        from tensorweave.distributed.master import DistributedSession
-
         return isinstance(e, errors.UnavailableError | errors.AbortedError) and isinstance(
             self._sess, DistributedSession) and not self._closed
 
@@ -315,8 +311,6 @@ def _log(msg: str) -> None:
 def _wait_for_tasks(tasks: dict, transport, security, deadline: float, poll: float = 0.1) -> None:
     """Poll ``Health`` on every task ({(job, task): address}) through fresh channels until all
     answer; DeadlineExceededError naming the silent ones after ``deadline`` (monotonic)."""
-    from tensorweave.distributed import wire
-
     waiting = dict(tasks)
     last_report = time.monotonic()
     while True:

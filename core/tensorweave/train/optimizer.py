@@ -29,9 +29,10 @@ from tensorweave.framework.graph import (
     convert_to_tensor,
     get_default_graph,
 )
-from tensorweave.ops import control_ops, math_ops
+from tensorweave.ops import array_ops, control_flow_ops, math_ops
 from tensorweave.ops import gradients as gradients_mod
 from tensorweave.ops.variables import Variable, trainable_variables
+from tensorweave.train.training_util import assert_global_step
 
 _VALID_DTYPES = (dtypes.float16, dtypes.float32, dtypes.float64)
 
@@ -140,7 +141,7 @@ class Optimizer:
             loss, var_list, grad_ys=grad_loss, gate_gradients=(gate_gradients == self.GATE_OP),
             aggregation_method=aggregation_method, colocate_gradients_with_ops=colocate_gradients_with_ops)
         if gate_gradients == self.GATE_GRAPH and any(g is not None for g in grads):
-            grads = control_ops.tuple_(grads)
+            grads = control_flow_ops.tuple_(grads)
         return list(zip(grads, var_list))
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
@@ -179,8 +180,6 @@ class Optimizer:
             raise errors.InvalidArgumentError(
                 f"No gradients provided for any variable: {[v.name for _, v in converted]}.")
         if global_step is not None:
-            from tensorweave.train.training_util import assert_global_step
-
             assert_global_step(global_step)
 
         graph = var_list[0].graph
@@ -289,8 +288,6 @@ class Optimizer:
         key = (name, dtype)
         t = self._hyper_cache.get(key)
         if t is None:
-            from tensorweave.ops import array_ops
-
             g = get_default_graph()
             scope = self._apply_scope
             try:
@@ -342,8 +339,6 @@ def _flatten(x):
 def _filled_like(var, value):
     """A tensor of ``var``'s shape and dtype filled with ``value`` (its run-time shape when
     the static one is not fully known)."""
-    from tensorweave.ops import array_ops
-
     if var.shape.is_fully_defined():
         if value == 0:
             return array_ops.zeros(var.shape.as_list(), var.dtype)

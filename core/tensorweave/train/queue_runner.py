@@ -16,7 +16,7 @@ import sys
 import threading
 
 from tensorweave.framework import errors
-from tensorweave.framework.graph import GraphKeys, get_default_graph
+from tensorweave.framework.graph import GraphKeys, get_default_graph, get_default_session
 
 
 class QueueRunner:
@@ -126,7 +126,6 @@ def start_queue_runners(sess=None, coord=None, daemon=True, start=True, collecti
     """Create (and start) the threads of every QueueRunner in ``collection`` of the
     session's graph; returns them (for ``coord.join``)."""
     if sess is None:
-        from tensorweave.runtime.session import get_default_session
         sess = get_default_session()
         if sess is None:
             raise errors.InvalidArgumentError(

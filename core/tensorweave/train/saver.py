@@ -27,6 +27,8 @@ import time
 
 from tensorweave.framework import errors
 from tensorweave.framework.graph import Tensor
+from tensorweave.ops import array_ops, checkpoint_ops, control_flow_ops, state_ops
+from tensorweave.ops import variables as variables_mod
 from tensorweave.train import checkpoint_format as fmt
 
 __all__ = [
@@ -253,8 +255,6 @@ class Saver:
         """Add the save and restore ops to the graph (once)."""
         if self._built:
             return
-        from tensorweave.ops import array_ops, checkpoint_ops, control_ops, state_ops
-        from tensorweave.ops import variables as variables_mod
 
         var_list = self._var_list
         if var_list is None:
@@ -295,7 +295,7 @@ class Saver:
                                                    [r.dtype for r in refs], name="RestoreV2")
                 for ref, value in zip(refs, values):
                     assigns.append(state_ops.assign(ref, value, validate_shape=ref.shape.is_fully_defined()).op)
-            self.restore_op = control_ops.group(*assigns, name="restore_all")
+            self.restore_op = control_flow_ops.group(*assigns, name="restore_all")
         self._built = True
 
     def _check_built(self, what):

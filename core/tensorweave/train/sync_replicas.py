@@ -41,8 +41,14 @@ from __future__ import annotations
 from tensorweave.framework import errors
 from tensorweave.framework.device_spec import DeviceSpec
 from tensorweave.framework.graph import GraphKeys
+from tensorweave.ops import array_ops, control_flow_ops, state_ops
+from tensorweave.ops.accumulator_ops import ConditionalAccumulator
+from tensorweave.ops.data_flow_ops import FIFOQueue
+from tensorweave.ops.variables import Variable
 from tensorweave.train.hooks import SessionRunHook
 from tensorweave.train.optimizer import Optimizer
+from tensorweave.train.queue_runner import QueueRunner
+from tensorweave.train.training_util import assert_global_step
 
 __all__ = ["SyncReplicasOptimizer"]
 
@@ -96,12 +102,6 @@ class SyncReplicasOptimizer(Optimizer):
         """Build this replica's ``train_op`` (returned) and the chief's ``sync_op`` (run by
         ``get_chief_queue_runner()``); ``global_step`` is required (staleness is judged
         against it)."""
-        from tensorweave.ops import array_ops, control_ops, state_ops
-        from tensorweave.ops.accumulator_ops import ConditionalAccumulator
-        from tensorweave.ops.data_flow_ops import FIFOQueue
-        from tensorweave.ops.variables import Variable
-        from tensorweave.train.queue_runner import QueueRunner
-
         grads_and_vars = tuple(grads_and_vars)
         if not grads_and_vars:
             raise errors.InvalidArgumentError(f"{self._name}.apply_gradients: no (gradient, variable) pairs given")
@@ -111,7 +111,6 @@ class SyncReplicasOptimizer(Optimizer):
         if self._gradients_applied:
             raise errors.FailedPreconditionError(
                 f"{self._name}.apply_gradients was already called; use one SyncReplicasOptimizer per train op")
-        from tensorweave.train.training_util import assert_global_step
 
         assert_global_step(global_step)
         self._global_step = global_step
@@ -120,7 +119,7 @@ class SyncReplicasOptimizer(Optimizer):
         with graph.as_default():
             # The local step lives on this worker task: anchored to a NoOp placed by the
             # caller's device scope (a replica_device_setter puts it on the worker).
-            local_anchor = control_ops.no_op(name="sync_rep_local_anchor")
+            local_anchor = control_flow_ops.no_op(name="sync_rep_local_anchor")
             with graph.colocate_with(local_anchor), graph.control_dependencies(None):
                 self._local_step = Variable(array_ops.constant(0, dtype=global_step.dtype), trainable=False,
                                             collections=[GraphKeys.LOCAL_VARIABLES], name="sync_rep_local_step")
@@ -169,7 +168,7 @@ class SyncReplicasOptimizer(Optimizer):
                 # On the chief's stop, the sync op waiting in take_grad must end: the queue
                 # runner's cancel op cancels pending takes (nothing is closed, so a restarted
                 # chief can go on with the same accumulators and token queue).
-                cancel_op = control_ops.group(*[a.cancel_pending_takes() for a in self._accumulator_list],
+                cancel_op = control_flow_ops.group(*[a.cancel_pending_takes() for a in self._accumulator_list],
                                               name="cancel_pending_takes")
                 self._chief_queue_runner = QueueRunner(token_queue, [sync_op], close_op=cancel_op,
                                                        cancel_op=cancel_op)
@@ -178,7 +177,7 @@ class SyncReplicasOptimizer(Optimizer):
                     # the accumulators' step follows the (maybe restored) global step.
                     chief_init_ops.append(acc.cancel_pending_takes())
                     chief_init_ops.append(acc.set_global_step(global_step.read_value()))
-                self.chief_init_op = control_ops.group(*chief_init_ops, name="chief_init")
+                self.chief_init_op = control_flow_ops.group(*chief_init_ops, name="chief_init")
             train_ops_coll = graph.get_collection_ref(GraphKeys.TRAIN_OP)
             if train_op not in train_ops_coll:
                 train_ops_coll.append(train_op)
@@ -197,8 +196,6 @@ class SyncReplicasOptimizer(Optimizer):
         """An op putting ``num_tokens`` tokens in the token queue (the chief runs it once at
         start); -1 means ``replicas_to_aggregate``; at least ``replicas_to_aggregate -
         total_num_replicas`` are needed for the first update to happen."""
-        from tensorweave.ops import array_ops, control_ops
-
         if not self._gradients_applied:
             raise errors.FailedPreconditionError(
                 f"{self._name}: call apply_gradients (or minimize) before get_init_tokens_op")
@@ -212,7 +209,7 @@ class SyncReplicasOptimizer(Optimizer):
         graph = self._global_step.graph
         with graph.as_default():
             if num_tokens <= 0:
-                return control_ops.no_op(name="no_init_tokens")
+                return control_flow_ops.no_op(name="no_init_tokens")
             with graph.colocate_with(self._sync_token_queue.queue_ref.op):
                 tokens = array_ops.fill([num_tokens], self._global_step.read_value())
                 return self._sync_token_queue.enqueue_many([tokens], name="init_tokens")

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import GraphKeys, Tensor, get_default_graph
+from tensorweave.ops import init_ops
+from tensorweave.ops import variable_scope as vs
 from tensorweave.ops.variables import Variable
 
 
@@ -46,9 +48,6 @@ def get_global_step(graph=None):
 def create_global_step(graph=None):
     """Create the global step variable (int64, initialised to 0, not trainable); an error
     if it exists."""
-    from tensorweave.ops import init_ops
-    from tensorweave.ops import variable_scope as vs
-
     graph = graph if graph is not None else get_default_graph()
     if get_global_step(graph) is not None:
         raise errors.InvalidArgumentError('"global_step" already exists.')

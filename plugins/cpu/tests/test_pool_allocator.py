@@ -7,7 +7,7 @@ import pytest
 
 import tensorweave as tw
 from tensorweave import plugins
-from tensorweave.runtime.kernel_registry import KernelContext
+from tensorweave.framework.kernel_registry import KernelContext
 from tensorweave_cpu.device import CPUAllocator, CPUDeviceFactory
 from tensorweave_cpu.pool import PoolAllocator, size_class
 

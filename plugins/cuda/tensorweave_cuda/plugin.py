@@ -11,6 +11,7 @@ from __future__ import annotations
 import functools
 
 from tensorweave.plugins import hookimpl
+from tensorweave_cuda import doctor
 from tensorweave_cuda.probe import CudaProbe, probe, status  # noqa: F401 - re-exported
 
 DEVICE_TYPE = "GPU"
@@ -55,3 +56,8 @@ def tensorweave_register_allocators(registry):
 @hookimpl
 def tensorweave_plugin_status():
     return status(machine())
+
+
+@hookimpl
+def tensorweave_doctor():
+    return doctor.lines(status(machine()))

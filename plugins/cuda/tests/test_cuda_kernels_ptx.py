@@ -5,7 +5,6 @@ Skipped where nvcc is absent."""
 
 import os
 import re
-import shutil
 import struct
 import subprocess
 from concurrent.futures import ThreadPoolExecutor
@@ -13,21 +12,13 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 
 from tensorweave_cuda import kernels
+from tensorweave_cuda.doctor import find_nvcc
 from tensorweave_cuda.kernels import catalog
 
 ARCH = "sm_80"
 
 
-def _nvcc():
-    found = shutil.which("nvcc")
-    if found:
-        return found
-    home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or "/usr/local/cuda"
-    candidate = os.path.join(home, "bin", "nvcc")
-    return candidate if os.access(candidate, os.X_OK) else None
-
-
-NVCC = _nvcc()
+NVCC = find_nvcc()
 needs_nvcc = pytest.mark.skipif(NVCC is None, reason="nvcc not found on PATH, in $CUDA_HOME/bin or /usr/local/cuda/bin")
 MODULES = catalog.modules()
 

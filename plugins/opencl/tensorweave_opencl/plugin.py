@@ -77,3 +77,15 @@ def tensorweave_register_allocators(registry):
 @hookimpl
 def tensorweave_plugin_status():
     return status()
+
+
+@hookimpl
+def tensorweave_doctor():
+    where = os.environ.get("OCL_ICD_VENDORS") or ICD_DIR
+    icds = icd_files()
+    pyopencl = "installed" if importlib.util.find_spec("pyopencl") is not None else "not installed"
+    out = [("OpenCL", (f"ICDs in {where}: {', '.join(icds)}" if icds else f"no ICD in {where}") + f"; pyopencl {pyopencl}")]
+    if not icds:
+        out.append(("hint", "no OpenCL ICD: `apt-get install pocl-opencl-icd` gives a CPU OpenCL platform "
+                            "(tensorweave-opencl's tests then run on any machine)."))
+    return out

@@ -9,8 +9,8 @@ RNG = np.random.default_rng(3)
 
 
 def test_views_share_the_buffer(device):
+    from tensorweave.framework.kernel_registry import KernelContext
     from tensorweave.runtime.containers import SessionResources
-    from tensorweave.runtime.kernel_registry import KernelContext
     from tensorweave_opencl.kernels import array
 
     g = tw.Graph()

@@ -6,8 +6,8 @@ import importlib.util
 import pytest
 
 from tensorweave import plugins
+from tensorweave.framework.kernel_registry import KernelRegistry
 from tensorweave.plugins import AllocatorRegistry
-from tensorweave.runtime.kernel_registry import KernelRegistry
 from tensorweave_opencl import plugin
 
 

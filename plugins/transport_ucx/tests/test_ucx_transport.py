@@ -19,7 +19,7 @@ import pytest
 import tensorweave as tw
 from tensorweave.distributed import transport, wire
 from tensorweave.distributed.transport import Security, ServiceDispatcher
-from tensorweave.runtime.frames import DEAD
+from tensorweave.runtime.step import DEAD
 
 pytest.importorskip("ucxx", reason="the ucx transport needs ucxx (pip install ucxx-cu12)")
 

@@ -28,6 +28,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tensorweave.framework import dtypes, errors
+from tensorweave.framework.registry import Registry
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,12 +49,7 @@ class KernelDef:
         """For each flat input of ``op``, whether this kernel takes it in host memory."""
         if not self.host_memory:
             return [False] * len(op.inputs)
-        out = []
-        for arg in op.op_def.inputs:
-            n = (op._attrs[arg.number_attr] if arg.number_attr
-                 else len(op._attrs[arg.type_list_attr]) if arg.type_list_attr else 1)
-            out.extend([arg.name in self.host_memory] * n)
-        return out
+        return [arg.name in self.host_memory for arg in op.op_def.flat_inputs(op._attrs)]
 
     def matches(self, attrs: dict) -> bool:
         for name, allowed in self.constraints:
@@ -66,11 +62,8 @@ class KernelDef:
         return True
 
     def describe(self) -> str:
-        cons = ", ".join(f"{n} in {{{', '.join(sorted(d.name for d in a))}}}" for n, a in self.constraints)
+        cons = _describe_constraints(self.constraints)
         return f"{self.device_type}" + (f" [{cons}]" if cons else "")
-
-    def describe_constraints(self) -> str:
-        return ", ".join(f"{n} in {{{', '.join(sorted(d.name for d in a))}}}" for n, a in self.constraints)
 
 
 class KernelContext:
@@ -125,6 +118,10 @@ class KernelContext:
                    node_def=self.op.name, op=self.op)
 
 
+def _describe_constraints(constraints: tuple) -> str:
+    return ", ".join(f"{n} in {{{', '.join(sorted(d.name for d in a))}}}" for n, a in constraints)
+
+
 def _normalise_constraints(constraints) -> tuple:
     if not constraints:
         return ()
@@ -136,12 +133,23 @@ def _normalise_constraints(constraints) -> tuple:
     return tuple(out)
 
 
-class KernelRegistry:
-    """All kernels, filled through ``tensorweave_register_kernels``."""
+class KernelRegistry(Registry):
+    """All kernels, filled through ``tensorweave_register_kernels``.
+
+    A kernel's key is (op, device type, dtype constraints): two distributions registering the
+    same key conflict unless one overrides (``framework/registry.py``). Several kernels of one
+    op and device type with different constraints coexist; ``lookup`` takes the first whose
+    constraints the node's attrs meet, highest ``priority`` first.
+    """
 
     def __init__(self):
-        self._by_key: dict[tuple[str, str], list[KernelDef]] = {}
-        self.source = "tensorweave"
+        super().__init__("kernel for op")
+        self._by_op_device: dict[tuple[str, str], list[KernelDef]] = {}
+
+    def describe(self, key) -> str:
+        op, device_type, constraints = key
+        cons = _describe_constraints(constraints)
+        return f"{op!r} on device {device_type}" + (f" ({cons})" if cons else "")
 
     def register(self, op: str, device_type: str, fn: Callable | None = None, *, factory: Callable | None = None,
                  constraints: dict | None = None, is_async: bool = False, takes_context: bool = False,
@@ -155,23 +163,12 @@ class KernelRegistry:
                 return _fn
         kd = KernelDef(op, device_type.upper(), factory, _normalise_constraints(constraints), is_async,
                        takes_context, cost, priority, self.source, override, tuple(host_memory))
-        key = (op, kd.device_type)
-        existing = self._by_key.setdefault(key, [])
-        for i, other in enumerate(existing):
-            if other.constraints == kd.constraints:
-                if other.override and not override:
-                    return other  # an override loaded first keeps its place, whatever the load order
-                if not override:
-                    cons = kd.describe_constraints()
-                    raise errors.PluginConflictError(
-                        f"kernel for op {op!r} on device {kd.device_type}{f' ({cons})' if cons else ''} is "
-                        f"registered twice: by {other.source} and by {self.source}; pass "
-                        "override=True in the plugin that means to replace it")
-                existing[i] = kd
-                return kd
-        existing.append(kd)
-        existing.sort(key=lambda k: -k.priority)
-        return kd
+        in_place = self.claim((op, kd.device_type, kd.constraints), kd, override)
+        if in_place is kd:
+            same = self._by_op_device.setdefault((op, kd.device_type), [])
+            same[:] = [k for k in same if k.constraints != kd.constraints] + [kd]
+            same.sort(key=lambda k: -k.priority)
+        return in_place
 
     def kernel(self, op: str, device_type: str, **kw):
         """Decorator form of ``register`` for a kernel factory ``factory(ctx) -> compute``."""
@@ -182,10 +179,10 @@ class KernelRegistry:
 
     def lookup(self, op_type: str, device_type: str, attrs: dict) -> KernelDef | None:
         """The kernel for the device type, else one registered for every device type ("*")."""
-        for kd in self._by_key.get((op_type, device_type), ()):
+        for kd in self._by_op_device.get((op_type, device_type), ()):
             if kd.matches(attrs):
                 return kd
-        for kd in self._by_key.get((op_type, "*"), ()):
+        for kd in self._by_op_device.get((op_type, "*"), ()):
             if kd.matches(attrs):
                 return kd
         return None
@@ -195,7 +192,7 @@ class KernelRegistry:
         kd = self.lookup(op.type, device_type, op._attrs)
         if kd is not None:
             return kd
-        have = [k.describe() for (o, _), ks in self._by_key.items() if o == op.type for k in ks]
+        have = [k.describe() for (o, _), ks in self._by_op_device.items() if o == op.type for k in ks]
         types = {k: v.name for k, v in op._attrs.items() if isinstance(v, dtypes.DType)}
         raise errors.NotFoundError(
             f"no kernel for op {op.type} (node '{op.name}') on device type {device_type}"
@@ -205,17 +202,14 @@ class KernelRegistry:
             node_def=op.name, op=op)
 
     def device_types_for(self, op_type: str, attrs: dict | None = None) -> list[str]:
-        return [dt for (o, dt), ks in self._by_key.items() if o == op_type
+        return [dt for (o, dt), ks in self._by_op_device.items() if o == op_type
                 and (attrs is None or any(k.matches(attrs) for k in ks))]
 
     def ops_for_device(self, device_type: str) -> list[str]:
-        return sorted({o for (o, dt) in self._by_key if dt in (device_type.upper(), "*")})
+        return sorted({o for (o, dt) in self._by_op_device if dt in (device_type.upper(), "*")})
 
     def items(self):
-        return [(k, kd) for k, ks in self._by_key.items() for kd in ks]
-
-    def __len__(self):
-        return sum(len(v) for v in self._by_key.values())
+        return [((kd.op, kd.device_type), kd) for ks in self._by_op_device.values() for kd in ks]
 
 
 def call_kernel_factory(kd: KernelDef, ctx: KernelContext) -> Any:

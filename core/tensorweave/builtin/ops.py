@@ -1,0 +1,40 @@
+"""Built-in plugin: the core's op definitions and gradient functions (``tensorweave.ops``)."""
+
+from __future__ import annotations
+
+from tensorweave.ops import (
+    accumulator_ops,
+    array_grad,
+    array_ops,
+    checkpoint_ops,
+    compression_ops,
+    constant_op,
+    control_flow_grad,
+    control_flow_ops,
+    control_flow_primitives,
+    data_flow_ops,
+    io_ops,
+    math_grad,
+    math_ops,
+    nn_grad,
+    nn_ops,
+    random_ops,
+    state_ops,
+    training_ops,
+)
+from tensorweave.plugins import hookimpl
+
+# Op families: each module's ``register_ops`` declares its ops.
+FAMILIES = (constant_op, array_ops, math_ops, random_ops, state_ops, control_flow_primitives, control_flow_ops,
+            nn_ops, training_ops, data_flow_ops, checkpoint_ops, io_ops, accumulator_ops, compression_ops)
+# Gradient modules: ``register_ops`` (helper ops gradients need) and ``register_gradients``.
+GRADIENTS = (math_grad, array_grad, nn_grad, control_flow_grad)
+
+
+@hookimpl
+def tensorweave_register_ops(registry):
+    for family in FAMILIES:
+        family.register_ops(registry)
+    for module in GRADIENTS:
+        module.register_ops(registry)
+        module.register_gradients(registry)

@@ -1,0 +1,21 @@
+"""Built-in plugin: the core's graph passes (``tensorweave.passes``), by stage."""
+
+from __future__ import annotations
+
+from tensorweave.passes.compression import compression_pass
+from tensorweave.passes.constant_folding import constant_folding_pass
+from tensorweave.passes.cse import cse_pass
+from tensorweave.passes.prune import prune_pass
+from tensorweave.passes.recv_scheduling import recv_scheduling_pass
+from tensorweave.plugins import hookimpl
+
+
+@hookimpl
+def tensorweave_register_passes(registry):
+    registry.register("prune", prune_pass, order=0, stage="prune")
+    # CSE first, so constants merged by it fold once; folding may expose more duplicates,
+    # but one round catches the common cases (gradient graphs repeat shapes and constants).
+    registry.register("cse", cse_pass, order=10, stage="pre_placement")
+    registry.register("constant_folding", constant_folding_pass, order=20, stage="pre_placement")
+    registry.register("bfloat16_sendrecv", compression_pass, order=10, stage="post_placement")
+    registry.register("recv_scheduling", recv_scheduling_pass, order=10, stage="post_partition")

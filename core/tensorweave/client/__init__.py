@@ -1,0 +1,1 @@
+"""The client layer: ``tw.Session`` and the execution plans it builds and runs."""
