@@ -1,10 +1,12 @@
-"""The local cluster launcher behind ``tensorweave cluster up|down|status``.
+"""Task processes of a cluster on this machine: the home of local clusters.
 
-Owns starting one ``tensorweave worker`` process per task of a cluster on this machine:
-picking free loopback ports, writing ``DIR/cluster.toml``, the processes (detached, each
-in its own session, logs in ``DIR/<job>-<task>.log``), the pid file ``DIR/pids.json``,
-waiting with a deadline for every task's ready line, and stopping them again (SIGTERM,
-then SIGKILL after a grace period).
+Owns what every local cluster needs — picking free loopback ports, writing the cluster's
+``cluster.toml``, starting a ``tensorweave worker`` process per task (each in its own
+session, its output appended to a log), waiting with a deadline for each task's ready line,
+stopping tasks (SIGTERM, then SIGKILL after a grace period) — and, on top of that, the
+detached clusters of ``tensorweave cluster up|down|status`` with their pid file
+``DIR/pids.json``. Tests and examples use ``distributed.testing.LocalCluster``, which starts
+its tasks here too and adds killing, restarting and always reaping them.
 
 A pid file is only trusted as far as it can be checked: a recorded process counts as ours
 while its pid exists, is not a zombie and (on Linux) has the start time recorded when it
@@ -15,6 +17,7 @@ The ready line a worker prints is ``READY_FORMAT`` (``tensorweave worker`` print
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import random
@@ -24,6 +27,7 @@ import socket
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 
 from tensorweave.distributed import cluster as cl
@@ -35,6 +39,9 @@ READY_FORMAT = "tensorweave worker ready: job={job} task={task} address={address
 READY_RE = re.compile(r"^tensorweave worker ready: job=(?P<job>\S+) task=(?P<task>\d+) address=(?P<address>\S+)",
                       re.M)
 POLL_SECONDS = 0.05
+# Set to a pid in a task's environment, the task exits when that process is gone (a test
+# process killed outright must not leave its tasks running; `cluster up` tasks outlive it).
+PARENT_ENV = "TENSORWEAVE_EXIT_WITH_PARENT"
 
 
 def default_dir() -> str:
@@ -234,6 +241,115 @@ def read_pids(directory: str) -> dict | None:
 
 
 # ----------------------------------------------------------------------------------------
+# The config, task processes, readiness
+
+def write_config(directory: str, obj: dict, *, source: str | None = None, comment: str = ""):
+    """Validate the cluster config ``obj`` (the TW_CONFIG schema as a dict) and write it to
+    ``DIR/cluster.toml`` atomically; (ClusterConfig, path). Relative file paths in it (TLS, a
+    token file) are resolved against ``directory``."""
+    path = os.path.join(directory, CONFIG_NAME)
+    config = cl.config_from_dict(obj, source=source or path, base_dir=directory)
+    tmp = path + ".tmp"
+    with open(tmp, "w") as f:
+        f.write((f"# {comment}\n" if comment else "") + config.to_toml())
+    os.replace(tmp, path)
+    return config, path
+
+
+@dataclasses.dataclass(eq=False)
+class TaskProcess:
+    """A started task: its process and where it logs (``offset``: the log's size when it
+    started, so a ready line from an earlier run of the same task is not taken for this one)."""
+
+    job: str
+    task: int
+    address: str
+    popen: subprocess.Popen
+    log: str
+    offset: int = 0
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    @property
+    def name(self) -> str:
+        return f"/job:{self.job}/task:{self.task}"
+
+    def record(self) -> dict:
+        """As the pid file keeps it."""
+        return {"job": self.job, "task": self.task, "address": self.address, "pid": self.pid,
+                "start_time": process_start_time(self.pid), "log": self.log}
+
+
+def start_task(config_path: str, job: str, task: int, address: str, log: str, *,
+               worker_argv: list[str] | None = None, env: dict | None = None,
+               cwd: str | None = None) -> TaskProcess:
+    """Start the worker process of one task, in its own session (so signalling its group
+    reaches whatever it starts), appending its output to ``log``. ``worker_argv`` is the
+    command before ``--config/--job/--task`` (default ``python -m tensorweave worker``)."""
+    argv0 = list(worker_argv) if worker_argv is not None else [sys.executable, "-m", "tensorweave", "worker"]
+    child_env = dict(os.environ if env is None else env)
+    child_env["PYTHONUNBUFFERED"] = "1"
+    child_env.pop("TW_CONFIG", None)  # the task is named on the command line, not inherited
+    offset = os.path.getsize(log) if os.path.exists(log) else 0
+    with open(log, "ab") as logf:
+        p = subprocess.Popen([*argv0, "--config", config_path, "--job", job, "--task", str(task)],
+                             stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
+                             cwd=cwd, env=child_env, start_new_session=True)
+    return TaskProcess(job, task, address, p, log, offset)
+
+
+def wait_ready(tasks: list[TaskProcess], timeout: float) -> None:
+    """Wait until each task has printed its ready line (``tensorweave worker`` prints it once
+    its server listens); fail naming the task and the end of its log when one exits first or
+    the deadline passes."""
+    deadline = time.monotonic() + timeout
+    pending = list(tasks)
+    while pending:
+        for t in list(pending):
+            try:
+                with open(t.log, errors="replace") as f:
+                    f.seek(t.offset)
+                    m = READY_RE.search(f.read())
+            except OSError:
+                m = None
+            if m is not None:
+                # The host may be spelled differently by a transport ("localhost", "[::1]"); the
+                # job, task and port must be the configured ones.
+                if ((m.group("job"), int(m.group("task")), m.group("address").rpartition(":")[2])
+                        != (t.job, t.task, t.address.rpartition(":")[2])):
+                    raise errors.InternalError(
+                        f"{t.name} reported ready as {m.group(0)!r}, expected its configured address {t.address}")
+                pending.remove(t)
+                continue
+            code = t.popen.poll()
+            if code is not None:
+                raise errors.UnavailableError(
+                    f"{t.name} ({t.address}) exited with status {code} before it was ready; the end of "
+                    f"{t.log}:\n{_tail(t.log)}")
+        if pending and time.monotonic() > deadline:
+            names = ", ".join(t.name for t in pending)
+            raise errors.DeadlineExceededError(
+                f"not ready after {timeout:g} s: {names}; the end of {pending[0].log}:\n{_tail(pending[0].log)}")
+        if pending:
+            time.sleep(POLL_SECONDS)  # polling child logs with a deadline; nothing to block on
+
+
+def exit_with_parent(stop: threading.Event) -> None:
+    """In a task started with ``PARENT_ENV``: set ``stop`` when that parent process is gone."""
+    parent = int(os.environ.get(PARENT_ENV, "0") or 0)
+    if not parent:
+        return
+
+    def watch():
+        while not stop.wait(0.5):
+            if os.getppid() != parent:
+                stop.set()
+    threading.Thread(target=watch, name="tw-exit-with-parent", daemon=True).start()
+
+
+# ----------------------------------------------------------------------------------------
 # up / down / status
 
 def _tail(path: str, lines: int = 15) -> str:
@@ -278,82 +394,37 @@ def up(directory: str | None = None, *, workers: int = 2, ps: int = 1, transport
     cluster = {job: [format_address(host, next(it)) for _ in range(n)] for job, n in jobs if n}
     value = transport if not tensors_transport or tensors_transport == transport else {
         "control": transport, "tensors": tensors_transport}
-    config_path = os.path.join(directory, CONFIG_NAME)
-    config = cl.config_from_dict({"cluster": cluster, "transport": value}, source=config_path)
-    cl.check_transports(config)  # before anything starts: a missing plugin is named here
-    tmp = config_path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write("# written by `tensorweave cluster up`; see docs/distributed.md\n" + config.to_toml())
-    os.replace(tmp, config_path)
+    # before anything starts: a missing transport plugin is named here
+    cl.check_transports(cl.config_from_dict({"cluster": cluster, "transport": value},
+                                            source=os.path.join(directory, CONFIG_NAME)))
+    config, config_path = write_config(directory, {"cluster": cluster, "transport": value},
+                                       comment="written by `tensorweave cluster up`; see docs/distributed.md")
 
-    argv0 = list(worker_argv) if worker_argv is not None else [sys.executable, "-m", "tensorweave", "worker"]
-    child_env = dict(os.environ if env is None else env)
-    child_env["PYTHONUNBUFFERED"] = "1"
-    child_env.pop("TW_CONFIG", None)  # the task is named on the command line, not inherited
     record = {"config": config_path, "created": time.time(), "tasks": []}
-    procs: list[tuple[dict, subprocess.Popen]] = []
+    started: list[TaskProcess] = []
     try:
         for job, index, address in config.spec.all_tasks():
-            log = os.path.join(directory, f"{job}-{index}.log")
-            with open(log, "wb") as logf:
-                p = subprocess.Popen([*argv0, "--config", config_path, "--job", job, "--task", str(index)],
-                                     stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
-                                     cwd=directory, env=child_env, start_new_session=True)
-            _STARTED.add(p.pid)
-            t = {"job": job, "task": index, "address": address, "pid": p.pid,
-                 "start_time": process_start_time(p.pid), "log": log}
-            record["tasks"].append(t)
-            procs.append((t, p))
+            t = start_task(config_path, job, index, address, os.path.join(directory, f"{job}-{index}.log"),
+                           worker_argv=worker_argv, env=env, cwd=directory)
+            _STARTED.add(t.pid)  # detached: reaped by is_alive() when it exits
+            started.append(t)
+            record["tasks"].append(t.record())
             write_pids(directory, record)  # after each start: `down` finds whatever did start
-        _wait_ready(procs, timeout)
+        wait_ready(started, timeout)
     except BaseException:
-        _stop([t for t, _ in procs], grace=5.0)
-        for _, p in procs:
+        _stop(record["tasks"], grace=5.0)
+        for t in started:
             with contextlib.suppress(Exception):
-                p.wait(timeout=1)
-            _STARTED.discard(p.pid)
+                t.popen.wait(timeout=1)
+            _STARTED.discard(t.pid)
         with contextlib.suppress(FileNotFoundError):
             os.unlink(_pids_path(directory))
         raise
-    for _, p in procs:
+    for t in started:
         # Detached on purpose: the Popen objects go without waiting (no "still running"
         # warning); is_alive() reaps the ones that are this process's children.
-        p.returncode = 0
+        t.popen.returncode = 0
     return config_path, record["tasks"]
-
-
-def _wait_ready(procs, timeout: float) -> None:
-    deadline = time.monotonic() + timeout
-    pending = list(procs)
-    while pending:
-        for t, p in list(pending):
-            try:
-                with open(t["log"], errors="replace") as f:
-                    m = READY_RE.search(f.read())
-            except OSError:
-                m = None
-            if m is not None:
-                # The host may be spelled differently by a transport ("localhost", "[::1]"); the
-                # job, task and port must be the configured ones.
-                if ((m.group("job"), int(m.group("task")), m.group("address").rpartition(":")[2])
-                        != (t["job"], t["task"], t["address"].rpartition(":")[2])):
-                    raise errors.InternalError(
-                        f"/job:{t['job']}/task:{t['task']} reported ready as {m.group(0)!r}, expected its "
-                        f"configured address {t['address']}")
-                pending.remove((t, p))
-                continue
-            code = p.poll()
-            if code is not None:
-                raise errors.UnavailableError(
-                    f"/job:{t['job']}/task:{t['task']} ({t['address']}) exited with status {code} before it was "
-                    f"ready; the end of {t['log']}:\n{_tail(t['log'])}")
-        if pending and time.monotonic() > deadline:
-            names = ", ".join(f"/job:{t['job']}/task:{t['task']}" for t, _ in pending)
-            t = pending[0][0]
-            raise errors.DeadlineExceededError(
-                f"not ready after {timeout:g} s: {names}; the end of {t['log']}:\n{_tail(t['log'])}")
-        if pending:
-            time.sleep(POLL_SECONDS)  # polling child logs with a deadline; nothing to block on
 
 
 def _stop(tasks: list[dict], grace: float) -> list[tuple[dict, str]]:

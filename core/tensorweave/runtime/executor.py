@@ -37,8 +37,10 @@ from tensorweave.runtime.frames import ROOT, FrameInfo, FrameState
 from tensorweave.runtime.rendezvous import make_key
 from tensorweave.runtime.step import DEAD, StepContext, StepState, enter_loop, in_loop, leave_loop, wrap_kernel_error
 
-# Step kinds. The first three are inlined in the sequential loop.
-K_BINARY, K_UNARY, K_NULLARY, K_GENERIC, K_FREE = 2, 1, 0, 3, 4
+# Step kinds of the flat schedule. NULLARY/UNARY/BINARY steps call their kernel directly with
+# 0, 1 or 2 input slots (their value is the number of inputs); GENERIC steps go through
+# _run_generic (async, context, several outputs, allocator tracking); FREE drops dead slots.
+K_NULLARY, K_UNARY, K_BINARY, K_GENERIC, K_FREE = 0, 1, 2, 3, 4
 
 # Outputs smaller than this are neither tracked by the allocator nor dropped early: the
 # CPU allocator's accounting (a weak reference per array, about 1 us) would cost more than
@@ -171,71 +173,67 @@ def _make_recv(key, src, dst):
     return recv
 
 
-class CompiledPartition:
-    """One device's share of an execution plan, compiled for repeated execution.
-
-    ``recvs``/``sends`` are the partition's Transfers (see passes/partition.py): each recv
-    becomes an async step that waits in the step's rendezvous; each send a step right after
-    its producer. ``feeds`` are the fed tensors this partition consumes (fed as host values,
-    moved to the device here) and ``fetches`` the tensors it returns (brought to the host).
+class _Compiler:
+    """The plan-time steps that turn one device's nodes into a CompiledPartition, in the order
+    ``CompiledPartition.__init__`` calls them. Values live in a flat list of slots; every
+    node that runs becomes a ``_Node`` with its input and output slots, kernel and consumers.
     """
 
-    def __init__(self, nodes, feeds, fetches, device, kernels, resources, kernel_cache,
-                 session=None, recvs=(), sends=(), loops=None):
-        # Control flow (frames, iterations, dead tensors) runs in runtime/frames.py.
-        frame_mode = bool(loops) or any(op.type in CONTROL_FLOW_OPS for op in nodes) or any(
-            getattr(tr, "frame", ROOT) != ROOT for tr in (*recvs, *sends))
-        edges = []  # (producer node, output index or -1, consumer node, input position or -1)
+    def __init__(self, device, kernels, resources, kernel_cache, session):
+        self.device, self.kernels, self.resources = device, kernels, resources
+        self.kernel_cache, self.session = kernel_cache, session
+        self.on_host = device.host_tensors
+        self.template: list = []          # initial slot values (constants already in place)
+        self.slot_of: dict = {}           # tensor -> slot
+        self.fed: dict = {}               # fed tensor -> its slot
+        self.host_feed: dict = {}         # fed tensor a kernel wants in host memory -> host slot
+        self.executed: list[_Node] = []   # nodes that run, in creation order
+        self.node_of_op: dict = {}
+        self.const_ops: dict = {}         # Const op -> its (host) value
+        self.virtual_ref_ops: set = set()  # Variable ops: they do not run, readers read the store
+        self.recv_of: dict = {}           # received tensor (or control op) -> its Recv node
+        self.recv_big: set = set()        # slots of received values big enough to free early
+        self.preds: dict = {}             # node -> nodes it waits for
+        self.edges: list = []             # (producer, output index or -1, consumer, input position or -1)
 
-        self.device = device
-        self.allocator = device.allocator
-        self._session = session
-        on_host = device.host_tensors
-        slot_of: dict = {}
-        template: list = []
+    def new_slot(self, value=None) -> int:
+        self.template.append(value)
+        return len(self.template) - 1
 
-        def new_slot(value=None):
-            template.append(value)
-            return len(template) - 1
-
-        fed = {}
+    def allocate_slots(self, nodes, feeds, frame_mode) -> list[int]:
+        """Slots for feeds, constants (their value in the template, on the device) and the
+        outputs of every node that runs; returns the feed slots."""
+        fed, slot_of, device = self.fed, self.slot_of, self.device
         for t in feeds:
-            fed[t] = slot_of[t] = new_slot()
-        self.feed_slots = [fed[t] for t in feeds]
-        host_feed: dict = {}  # fed tensors a kernel wants in host memory on a device
-
-        executed: list[_Node] = []
-        virtual_ref_ops = set()
-        node_of_op = {}
-        const_ops = {}
+            fed[t] = slot_of[t] = self.new_slot()
         for op in nodes:
             if op.op_def.outputs_ref:
-                virtual_ref_ops.add(op)
+                self.virtual_ref_ops.add(op)
                 continue
             if op.type == "Const" and not (frame_mode and op.control_inputs):
                 # Constants are immutable: their value sits in the slot template, on the device.
-                const_ops[op] = op.get_attr("value")
+                value = self.const_ops[op] = op.get_attr("value")
                 for t in op.outputs:
                     if t not in fed:
-                        v = const_ops[op]
-                        slot_of[t] = new_slot(v if on_host else device.to_device(v))
+                        slot_of[t] = self.new_slot(value if self.on_host else device.to_device(value))
                 continue
             n = _Node()
             n.op = op
             n.outs = []
             for t in op.outputs:
                 if t in fed:
-                    n.outs.append(new_slot())  # computed but shadowed by the feed
+                    n.outs.append(self.new_slot())  # computed but shadowed by the feed
                 else:
-                    slot_of[t] = new_slot()
+                    slot_of[t] = self.new_slot()
                     n.outs.append(slot_of[t])
-            node_of_op[op] = n
-            executed.append(n)
+            self.node_of_op[op] = n
+            self.executed.append(n)
+        return [fed[t] for t in feeds]
 
-        # Recv steps: ready at the start, they complete when the value arrives.
+    def add_recvs(self, recvs) -> None:
+        """A Recv step per incoming Transfer: ready at the start, it completes when the value
+        arrives in the step's rendezvous."""
         next_id = -len(recvs) - 1
-        recv_of: dict = {}
-        recv_big: set = set()
         for r in recvs:
             n = _Node()
             what = r.name
@@ -243,53 +241,59 @@ class CompiledPartition:
             next_id += 1
             n.kd, n.fn = _RECV_KD, _make_recv(make_key(r.src.name, r.dst.name, what), r.src, r.dst)
             n.transfer = (r.src, r.dst, what)
-            n.ins, n.pre, n.outs = [], [], [new_slot()]
+            n.ins, n.pre, n.outs = [], [], [self.new_slot()]
             n.track = n.expensive = n.unwrap = False
             n.kind = K_GENERIC
-            recv_of[r.tensor if r.tensor is not None else r.control_op] = n
-            executed.append(n)
+            self.recv_of[r.tensor if r.tensor is not None else r.control_op] = n
+            self.executed.append(n)
             if r.tensor is not None and (_static_nbytes(r.tensor) or SMALL_BYTES) >= SMALL_BYTES:
-                recv_big.add(n.outs[0])  # freed after its last consumer, like big outputs
+                self.recv_big.add(n.outs[0])  # freed after its last consumer, like big outputs
 
-        # Inputs, variable reads, host-memory conversions and dependency edges.
-        preds: dict[_Node, set] = {n: set() for n in executed}
-        for n in executed:
+    def connect_inputs(self) -> None:
+        """Each node's kernel and input slots: fed values, constants, received values, reads
+        of variables (a read step right before the node), host-memory conversions; and the
+        dependency edges, data and control."""
+        device, fed, recv_of, node_of_op = self.device, self.fed, self.recv_of, self.node_of_op
+        preds, edges = self.preds, self.edges
+        for n in self.executed:
+            preds[n] = set()
+        for n in self.executed:
             op = n.op
             if isinstance(op, _SyntheticOp):
                 continue
-            n.kd = kernels.find(op, device.device_type)
+            n.kd = self.kernels.find(op, device.device_type)
             n.ins, n.pre = [], []
-            host_in = n.kd.host_inputs(op) if not on_host else None
+            host_in = n.kd.host_inputs(op) if not self.on_host else None
             for i, (t, ref) in enumerate(zip(op.inputs, flat_input_is_ref(op))):
                 if ref:
                     continue
                 wants_host = host_in is not None and host_in[i]
                 if t in fed:
                     if wants_host:
-                        if t not in host_feed:
-                            host_feed[t] = new_slot()
-                        n.ins.append(host_feed[t])
+                        if t not in self.host_feed:
+                            self.host_feed[t] = self.new_slot()
+                        n.ins.append(self.host_feed[t])
                     else:
                         n.ins.append(fed[t])
                     continue
-                if wants_host and t.op in const_ops:
-                    n.ins.append(new_slot(const_ops[t.op]))
+                if wants_host and t.op in self.const_ops:
+                    n.ins.append(self.new_slot(self.const_ops[t.op]))
                     continue
                 if t in recv_of:
                     src_slot = recv_of[t].outs[0]
                     preds[n].add(recv_of[t])
                     edges.append((recv_of[t], 0, n, i))
-                elif t.op in virtual_ref_ops:
-                    src_slot = new_slot()
-                    n.pre.append((_reader(resources.state_for_op(t.op), device), -1, src_slot))
+                elif t.op in self.virtual_ref_ops:
+                    src_slot = self.new_slot()
+                    n.pre.append((_reader(self.resources.state_for_op(t.op), device), -1, src_slot))
                 else:
-                    src_slot = slot_of[t]
+                    src_slot = self.slot_of[t]
                     if t.op in node_of_op:
                         edges.append((node_of_op[t.op], t.value_index, n, i))
                         if not (t.op.type == "NextIteration" and op.type == "Merge"):  # a loop's back edge
                             preds[n].add(node_of_op[t.op])
                 if wants_host:
-                    host_slot = new_slot()
+                    host_slot = self.new_slot()
                     n.pre.append((device.to_host, src_slot, host_slot))
                     src_slot = host_slot
                 n.ins.append(src_slot)
@@ -301,43 +305,47 @@ class CompiledPartition:
                     preds[n].add(recv_of[c])
                     edges.append((recv_of[c], -1, n, -1))
 
-        # Recv scheduling (passes/recv_scheduling.py, whitepaper 5.2): a Recv starts only
-        # after the local nodes it was told to wait for, so big values arrive when needed.
+    def delay_scheduled_recvs(self, recvs) -> None:
+        """Recv scheduling (passes/recv_scheduling.py, whitepaper 5.2): a Recv starts only
+        after the local nodes it was told to wait for, so big values arrive when needed."""
         for r in recvs:
             for w in getattr(r, "wait_for", ()):
-                if w in node_of_op:
-                    preds[recv_of[r.tensor if r.tensor is not None else r.control_op]].add(node_of_op[w])
+                if w in self.node_of_op:
+                    self.preds[self.recv_of[r.tensor if r.tensor is not None else r.control_op]].add(
+                        self.node_of_op[w])
 
-        # Send steps: right after the producer (or the control op) they carry.
+    def add_sends(self, sends) -> None:
+        """A Send step per outgoing Transfer, right after the producer (or control op) it carries."""
         for tr in sends:
             n = _Node()
             what = tr.name
             src_op = tr.tensor.op if tr.tensor is not None else tr.control_op
-            n.op = _SyntheticOp(f"_send[{what} to {tr.dst.name}]", "_Send",
-                                getattr(src_op, "_id", 0) + 0.5)
+            n.op = _SyntheticOp(f"_send[{what} to {tr.dst.name}]", "_Send", getattr(src_op, "_id", 0) + 0.5)
             n.kd, n.fn = _SEND_KD, _make_send(make_key(tr.src.name, tr.dst.name, what))
             n.transfer = (tr.src, tr.dst, what)
             n.ins, n.pre, n.outs = [], [], []
             n.track = n.expensive = n.unwrap = False
             n.kind = K_GENERIC
-            preds[n] = set()
+            self.preds[n] = set()
             if tr.tensor is not None:
                 t = tr.tensor
-                if t.op in virtual_ref_ops:
-                    slot = new_slot()
-                    n.pre.append((_reader(resources.state_for_op(t.op), device), -1, slot))
+                if t.op in self.virtual_ref_ops:
+                    slot = self.new_slot()
+                    n.pre.append((_reader(self.resources.state_for_op(t.op), self.device), -1, slot))
                     n.ins.append(slot)
                 else:
-                    n.ins.append(slot_of[t])
-            if src_op in node_of_op:
-                preds[n].add(node_of_op[src_op])
-                edges.append((node_of_op[src_op], t.value_index if tr.tensor is not None else -1, n,
-                              0 if tr.tensor is not None else -1))
-            executed.append(n)
+                    n.ins.append(self.slot_of[t])
+            if src_op in self.node_of_op:
+                self.preds[n].add(self.node_of_op[src_op])
+                self.edges.append((self.node_of_op[src_op], t.value_index if tr.tensor is not None else -1, n,
+                                   0 if tr.tensor is not None else -1))
+            self.executed.append(n)
 
-        # Kernels: looked up and constructed once per plan; stateful kernels once per
-        # session, so e.g. a random op's generator state survives plan rebuilds.
-        for n in executed:
+    def construct_kernels(self) -> None:
+        """Kernels, constructed once per plan (stateful ones once per session, so e.g. a random
+        op's generator state survives plan rebuilds), and each node's step kind."""
+        device, resources, cache = self.device, self.resources, self.kernel_cache
+        for n in self.executed:
             op = n.op
             if isinstance(op, _SyntheticOp):
                 continue
@@ -345,15 +353,15 @@ class CompiledPartition:
             # By name, not identity: plans run private copies of the user's nodes, rebuilt
             # with every plan, and the kernel (its generator state) must outlive them.
             key = (op.name, device.name)
-            if op.op_def.stateful and key in kernel_cache:
-                n.fn = kernel_cache[key]
+            if op.op_def.stateful and key in cache:
+                n.fn = cache[key]
             else:
-                n.fn = call_kernel_factory(kd, KernelContext(op, device, resources, session))
+                n.fn = call_kernel_factory(kd, KernelContext(op, device, resources, self.session))
                 stores = [resources.state_for_op(t.op) for t, ref in zip(op.inputs, flat_input_is_ref(op)) if ref]
                 if stores:  # every device, so a CPU write after an accelerator one is seen too
                     n.fn = _marking_writes(n.fn, stores, device)
                 if op.op_def.stateful:
-                    kernel_cache[key] = n.fn
+                    cache[key] = n.fn
             sizes = [_static_nbytes(t) for t in op.outputs]
             n.track = any(s is None or s >= SMALL_BYTES for s in sizes)
             n.expensive = _estimate_flops(op) > EXPENSIVE_FLOPS
@@ -364,9 +372,12 @@ class CompiledPartition:
             if kd.is_async or kd.takes_context or n_out != 1 or n.track or n.unwrap or len(n.ins) > 2:
                 n.kind = K_GENERIC
             else:
-                n.kind = len(n.ins)
+                n.kind = len(n.ins)  # K_NULLARY, K_UNARY or K_BINARY: called directly, no wrapper
 
-        # Schedule: Kahn's algorithm, ready ties broken by creation order.
+    def schedule(self) -> list[_Node]:
+        """The pending-count / ready-queue order of whitepaper 3.1 (Kahn's algorithm), ready ties
+        broken by creation order (4.1's memory heuristic); sets consumers and pending counts."""
+        executed, preds = self.executed, self.preds
         succ: dict[_Node, list] = {n: [] for n in executed}
         for n, ps in preds.items():
             for p in ps:
@@ -388,24 +399,28 @@ class CompiledPartition:
         if len(order) != len(executed):
             stuck = [n.op.name for n in executed if remaining[n] > 0][:5]
             raise errors.InvalidArgumentError(f"the graph has a cycle; nodes involved include {stuck}")
-        self.nodes = order
+        return order
 
-        # Fetches: fed values, constants, computed slots, or a final read of a variable.
-        self.fetch_slots = []
-        self.fetch_names = [t.name for t in fetches]
-        end_reads = []
+    def plan_fetches(self, fetches) -> tuple[list[int], list]:
+        """Where each fetch is read from: a fed value, a constant, a computed slot, or a final
+        read of a variable (an end read)."""
+        slots, end_reads = [], []
         for t in fetches:
-            if t in fed:
-                self.fetch_slots.append(fed[t])
-            elif t.op in virtual_ref_ops:
-                slot = new_slot()
-                end_reads.append((_reader(resources.state_for_op(t.op), device), slot))
-                self.fetch_slots.append(slot)
+            if t in self.fed:
+                slots.append(self.fed[t])
+            elif t.op in self.virtual_ref_ops:
+                slot = self.new_slot()
+                end_reads.append((_reader(self.resources.state_for_op(t.op), self.device), slot))
+                slots.append(slot)
             else:
-                self.fetch_slots.append(slot_of[t])
+                slots.append(self.slot_of[t])
+        return slots, end_reads
 
-        # Liveness: drop big intermediates after their last use.
-        keep = set(self.fetch_slots)
+    def plan_liveness(self, order, fetch_slots) -> tuple[dict, dict]:
+        """When big intermediates are dropped: after their last use in the sequential order
+        ({position: slots}), and, for dynamic runs (no fixed order), when their last consumer
+        finishes (consumers per slot; received values too)."""
+        keep = set(fetch_slots)
         last_use: dict[int, int] = {}
         for i, n in enumerate(order):
             for s in n.ins:
@@ -415,47 +430,88 @@ class CompiledPartition:
         for s in big_slots - keep:
             if s in last_use:
                 frees_after.setdefault(last_use[s], []).append(s)
-        # Dynamic runs have no fixed last use: count consumers per step instead, and drop a
-        # big value (or a received one) when its last consumer finishes.
-        freeable = (big_slots | recv_big) - keep
-        self.dyn_uses = {}
+        freeable = (big_slots | self.recv_big) - keep
+        dyn_uses: dict[int, int] = {}
         for n in order:
             n.frees = tuple(s for s in set(n.ins) | {src for _fn, src, _slot in n.pre if src >= 0}
                             if s in freeable)
             for s in n.frees:
-                self.dyn_uses[s] = self.dyn_uses.get(s, 0) + 1
+                dyn_uses[s] = dyn_uses.get(s, 0) + 1
+        return frees_after, dyn_uses
 
-        steps = []
-        self._slot_node = {}
+    def encode_steps(self, order, frees_after, end_reads) -> tuple[list, dict]:
+        """The flat schedule the sequential loop runs: (fn, input slot a, input slot b, step
+        kind, output slot, extra) per read, node, free and end read; and slot -> node, to name
+        the node when a step fails."""
+        steps, slot_node = [], {}
         for i, n in enumerate(order):
             for fn, src, slot in n.pre:
                 steps.append((fn, src, 0, K_NULLARY if src < 0 else K_UNARY, slot, None))
-                self._slot_node[slot] = n
+                slot_node[slot] = n
             a = n.ins[0] if n.ins else 0
             b = n.ins[1] if len(n.ins) > 1 else 0
             out = n.outs[0] if n.outs else -1 - i
-            self._slot_node[out] = n
+            slot_node[out] = n
             steps.append((n.fn, a, b, n.kind, out, n if n.kind == K_GENERIC else None))
             if i in frees_after:
                 steps.append((None, 0, 0, K_FREE, -1, tuple(frees_after[i])))
         for fn, slot in end_reads:
             steps.append((fn, 0, 0, K_NULLARY, slot, None))
-        self.steps = steps
-        self.template = template
-        self.has_async = any(n.kd.is_async for n in order)
-        self.end_reads = end_reads
-        self.n_slots = len(template)
-        self.host_feed_slots = [(self.feed_slots[feeds.index(t)], s) for t, s in host_feed.items()]
-        self._to_device = None if on_host else device.to_device
-        self._to_host = None if on_host else device.to_host
+        return steps, slot_node
+
+    def frame_info(self, part, recvs, loops) -> FrameInfo:
+        """Control-flow facts for runtime/frames.py: which frame and iterations each Recv
+        belongs to, which Recvs carry a loop predicate, the edges between nodes."""
+        recv_of = self.recv_of
+        recv_frames = {recv_of[r.tensor if r.tensor is not None else r.control_op]:
+                       (getattr(r, "frame", ROOT), getattr(r, "iterations", "all")) for r in recvs}
+        cond_recvs = {recv_of[r.tensor]: r.cond_of for r in recvs if getattr(r, "cond_of", None)}
+        return FrameInfo(part, self.edges, loops, recv_frames, cond_recvs)
+
+
+class CompiledPartition:
+    """One device's share of an execution plan, compiled for repeated execution.
+
+    ``recvs``/``sends`` are the partition's Transfers (see passes/partition.py): each recv
+    becomes an async step that waits in the step's rendezvous; each send a step right after
+    its producer. ``feeds`` are the fed tensors this partition consumes (fed as host values,
+    moved to the device here) and ``fetches`` the tensors it returns (brought to the host).
+    Compiling is a fixed sequence of plan-time steps (``_Compiler``); what it leaves here is
+    what a run reads.
+    """
+
+    def __init__(self, nodes, feeds, fetches, device, kernels, resources, kernel_cache,
+                 session=None, recvs=(), sends=(), loops=None):
+        # Control flow (frames, iterations, dead tensors) runs in runtime/frames.py.
+        frame_mode = bool(loops) or any(op.type in CONTROL_FLOW_OPS for op in nodes) or any(
+            getattr(tr, "frame", ROOT) != ROOT for tr in (*recvs, *sends))
+        self.device = device
+        self.allocator = device.allocator
+        self._session = session
+
+        c = _Compiler(device, kernels, resources, kernel_cache, session)
+        self.feed_slots = c.allocate_slots(nodes, feeds, frame_mode)
+        c.add_recvs(recvs)
+        c.connect_inputs()
+        c.delay_scheduled_recvs(recvs)
+        c.add_sends(sends)
+        c.construct_kernels()
+        self.nodes = order = c.schedule()
+        self.fetch_names = [t.name for t in fetches]
+        self.fetch_slots, self.end_reads = c.plan_fetches(fetches)
+        frees_after, self.dyn_uses = c.plan_liveness(order, self.fetch_slots)
+        self.steps, self._slot_node = c.encode_steps(order, frees_after, self.end_reads)
+
+        self.template = c.template
+        self.host_feed_slots = [(self.feed_slots[feeds.index(t)], s) for t, s in c.host_feed.items()]
+        self._to_device = None if device.host_tensors else device.to_device
+        self._to_host = None if device.host_tensors else device.to_host
         exp = [n for n in order if n.expensive]
-        self.parallelizable = len(exp) >= 2 and _has_independent(exp, preds)
+        self.parallelizable = len(exp) >= 2 and _has_independent(exp, c.preds)
+        self.has_async = any(n.kd.is_async for n in order)
         self.frame_info = None
         if frame_mode:
-            recv_frames = {recv_of[r.tensor if r.tensor is not None else r.control_op]:
-                           (getattr(r, "frame", ROOT), getattr(r, "iterations", "all")) for r in recvs}
-            cond_recvs = {recv_of[r.tensor]: r.cond_of for r in recvs if getattr(r, "cond_of", None)}
-            self.frame_info = FrameInfo(self, edges, loops or {}, recv_frames, cond_recvs)
+            self.frame_info = c.frame_info(self, recvs, loops or {})
             self.has_async = True  # runs through start()/finish(), never the flat schedules
 
     def _initial_values(self, feed_values) -> list:
@@ -496,16 +552,17 @@ class CompiledPartition:
         else:
             vals = self._initial_values(feed_values)
         out = -1
+        binary, unary, nullary, free = K_BINARY, K_UNARY, K_NULLARY, K_FREE  # locals: as cheap as literals
         try:
             with np.errstate(all="ignore"):
                 for fn, a, b, kind, out, x in self.steps:
-                    if kind == 2:
+                    if kind == binary:
                         vals[out] = fn(vals[a], vals[b])
-                    elif kind == 1:
+                    elif kind == unary:
                         vals[out] = fn(vals[a])
-                    elif kind == 0:
+                    elif kind == nullary:
                         vals[out] = fn()
-                    elif kind == 4:
+                    elif kind == free:
                         for s in x:
                             vals[s] = None
                     else:
@@ -556,22 +613,23 @@ class CompiledPartition:
         try:
             with np.errstate(all="ignore"):
                 for fn, a, b, kind, out, x in self.steps:
-                    if kind == 4:
+                    if kind == K_FREE:
                         for s in x:
                             vals[s] = None
                         continue
                     t0 = clock()
-                    if kind == 2:
+                    if kind == K_BINARY:
                         vals[out] = fn(vals[a], vals[b])
-                    elif kind == 1:
+                    elif kind == K_UNARY:
                         vals[out] = fn(vals[a])
-                    elif kind == 0:
+                    elif kind == K_NULLARY:
                         vals[out] = fn()
                     else:
                         self._run_generic(x, vals, step)
                     t1 = clock()
                     n = self._slot_node.get(out)
-                    if n is not None and (x is not None or kind != 0 or out in n.outs):
+                    # a node's own step, not the variable read placed before it
+                    if n is not None and (x is not None or kind != K_NULLARY or out in n.outs):
                         nbytes = sum(_nbytes(vals[s]) for s in n.outs)
                         stats.append({"node": n.op.name, "op": n.op.type, "device": self.device.name,
                                       "start": t0, "end": t1, "output_bytes": int(nbytes)})

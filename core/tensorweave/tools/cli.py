@@ -364,6 +364,7 @@ def cmd_worker(args) -> int:
     # Signals only set a flag; the main thread then stops the server outside the handler.
     stop = threading.Event()
     previous = {sig: signal.signal(sig, lambda signum, frame: stop.set()) for sig in (signal.SIGTERM, signal.SIGINT)}
+    launcher.exit_with_parent(stop)  # only when started with launcher.PARENT_ENV (LocalCluster)
     try:
         try:
             server = Server(config, job, task)
