@@ -151,8 +151,9 @@ class Session:
         A failure anywhere aborts the rendezvous, which fails every pending Recv, so all
         partitions finish and the step raises the error that started it (never hangs).
         """
-        rendezvous = LocalRendezvous()
-        step = StepContext(next(self._step_ids), rendezvous, options, self, stats)
+        step_id = next(self._step_ids)
+        rendezvous = LocalRendezvous(step_id)
+        step = StepContext(step_id, rendezvous, options, self, stats)
         pool = self._thread_pool()
         self._active_steps.add(step)
         try:

@@ -37,8 +37,9 @@ from tensorweave.framework.serialization import decode_attr
 from tensorweave.passes.partition import LoopSpec, Transfer
 from tensorweave.runtime.config import ConfigProto
 from tensorweave.runtime.containers import SessionResources
-from tensorweave.runtime.device import Allocator, create_local_devices
+from tensorweave.runtime.device import Allocator, Device, create_local_devices
 from tensorweave.runtime.executor import CompiledPartition
+from tensorweave.runtime.rendezvous import LocalRendezvous, aborted
 from tensorweave.runtime.step import DEAD, StepContext
 
 # How long a RecvTensor waits for its value before giving up (a step's own timeout or an
@@ -56,7 +57,7 @@ def task_of_device(name: str) -> tuple[str, int]:
     return spec.job, int(spec.task or 0)
 
 
-class RemoteDevice:
+class RemoteDevice(Device):
     """A device of another task, as this process sees it: a name, a type, and host values.
 
     Values from another process always arrive as host ndarrays, so a local device copies
@@ -66,12 +67,8 @@ class RemoteDevice:
     host_tensors = True
 
     def __init__(self, name: str, device_type: str, memory_limit=None, description: str = ""):
-        self.name = name
-        self.spec = DeviceSpec.from_string(name)
+        super().__init__(name, Allocator(name, memory_limit), description, memory_limit)
         self.device_type = device_type
-        self.memory_limit = memory_limit
-        self.description = description
-        self.allocator = Allocator(name, memory_limit)
 
     def to_host(self, value):
         return value
@@ -82,105 +79,22 @@ class RemoteDevice:
     def copy_from(self, value, src):
         return src.to_host(value)
 
-    def sync(self):
-        pass
 
-    def __repr__(self):
-        return f"<RemoteDevice {self.name}>"
-
-
-class WorkerRendezvous:
-    """One step's rendezvous on one worker (see the module docstring)."""
+class WorkerRendezvous(LocalRendezvous):
+    """One step's rendezvous on one worker: this process's table (Sends, and Recvs whose
+    producer is on this task), plus pulls of values produced on other tasks (RecvTensor)."""
 
     def __init__(self, worker: Worker, step_id: int):
+        super().__init__(step_id)
         self.worker = worker
-        self.step_id = step_id
-        self._lock = threading.Lock()
-        self._values: dict = {}
-        self._waiters: dict = {}   # key -> callbacks(value, error)
-        self._pulls: set = set()   # RecvTensor pulls from other tasks still in flight
-        self.error: BaseException | None = None
         self.last_used = time.monotonic()
-
-    def send(self, key: str, value) -> None:
-        with self._lock:
-            if self.error is not None:
-                raise _aborted(self.error)
-            waiters = self._waiters.pop(key, None)
-            if waiters is None:
-                if key in self._values:
-                    raise errors.InternalError(f"rendezvous: {key} was sent twice in step {self.step_id}")
-                self._values[key] = value
-                return
-        for cb in waiters:
-            cb(value, None)
 
     def recv_async(self, key: str, callback) -> None:
         src = key.split(";", 1)[0]
         if self.worker.is_local(src):
-            self._wait_local(key, callback)
+            super().recv_async(key, callback)
         else:
             self.worker.pull(self, key, src, callback)
-
-    def _wait_local(self, key, callback) -> None:
-        with self._lock:
-            if self.error is None:
-                if key in self._values:
-                    value = self._values.pop(key)
-                else:
-                    self._waiters.setdefault(key, []).append(callback)
-                    return
-        if self.error is not None:
-            callback(None, _aborted(self.error))
-        else:
-            callback(value, None)
-
-    def take(self, key: str, timeout: float):
-        """Block until ``key`` is sent here (for a remote RecvTensor), or fail."""
-        box = {}
-        ev = threading.Event()
-
-        def got(value, error):
-            box["v"], box["e"] = value, error
-            ev.set()
-
-        self._wait_local(key, got)
-        if not ev.wait(timeout):
-            with self._lock:
-                lst = self._waiters.get(key, [])
-                if got in lst:
-                    lst.remove(got)
-            raise errors.DeadlineExceededError(
-                f"RecvTensor: {key} was not produced within {timeout:.0f}s in step {self.step_id}")
-        if box["e"] is not None:
-            raise box["e"]
-        return box["v"]
-
-    def track_pull(self, callback) -> bool:
-        """Remember an in-flight pull so ``abort`` can end its wait (False: already aborted)."""
-        with self._lock:
-            if self.error is not None:
-                return False
-            self._pulls.add(callback)
-            return True
-
-    def untrack_pull(self, callback) -> None:
-        with self._lock:
-            self._pulls.discard(callback)
-
-    def abort(self, error: BaseException) -> None:
-        with self._lock:
-            if self.error is None:
-                self.error = error
-            waiters = [cb for lst in self._waiters.values() for cb in lst]
-            # A pull from a hung or lost task may not return for a long time: its Recv
-            # fails now, so the step ends here (its late answer is ignored).
-            waiters += list(self._pulls)
-            self._pulls.clear()
-            self._waiters.clear()
-            self._values.clear()
-        for cb in waiters:
-            cb(None, _aborted(self.error))
 
 
 class _Once:
@@ -198,12 +112,6 @@ class _Once:
                 return
             self._done = True
         self._fn(value, error)
-
-
-def _aborted(cause: BaseException) -> errors.OpError:
-    if isinstance(cause, errors.AbortedError | errors.CancelledError | errors.UnavailableError):
-        return type(cause)(cause.message)
-    return errors.AbortedError(f"step aborted because another part of it failed: {cause}")
 
 
 class _Registered:
@@ -270,8 +178,8 @@ class Worker:
         """Fetch ``key`` of step ``rv.step_id`` from the task that owns ``src_device``."""
         job, task = task_of_device(src_device)
         callback = _Once(callback)
-        if not rv.track_pull(callback):
-            callback(None, _aborted(rv.error))
+        if not rv.watch(callback):  # an abort of the step ends this pull's wait too
+            callback(None, aborted(rv.error))
             return
 
         def fetch():
@@ -291,14 +199,14 @@ class Worker:
                     self.drop_channel(job, task, channel)
                     value = self.channel_for(job, task).fetch("RecvTensor", payload, RECV_TIMEOUT)
             except errors.OpError as e:
-                rv.untrack_pull(callback)
+                rv.unwatch(callback)
                 callback(None, e)
                 return
             except Exception as e:  # noqa: BLE001 - a transport's own failure
-                rv.untrack_pull(callback)
+                rv.unwatch(callback)
                 callback(None, errors.UnavailableError(f"RecvTensor {key} from /job:{job}/task:{task}: {e}"))
                 return
-            rv.untrack_pull(callback)
+            rv.unwatch(callback)
             callback(value, None)
         self._pull_pool.submit(fetch)
 
@@ -524,7 +432,7 @@ class Worker:
             device = self._by_name.get(src)
             if device is None:
                 raise errors.InvalidArgumentError(f"RecvTensor: {src!r} is not a device of {self.prefix}")
-            value = self.rendezvous(step_id).take(key, RECV_TIMEOUT)
+            value = self.rendezvous(step_id).recv(key, RECV_TIMEOUT)
             if value is not DEAD and value is not None and not device.host_tensors:
                 value = device.to_host(value)
             if value is None:  # a control edge's token

@@ -1,11 +1,16 @@
 """The rendezvous where Send and Recv meet (whitepaper 3.2.2, 5.3).
 
-One ``LocalRendezvous`` serves one step in one process. A key names the transfer:
-(source device, destination device, tensor name, frame and iteration); the step is the
-rendezvous itself. ``send`` never blocks. ``recv_async`` never blocks either: it calls its
-callback with the value as soon as it has been sent (possibly right away, in the caller's
-thread, or later in the sender's). ``abort`` fails every waiting and future receive with the
-error, so a step in which one partition failed can never leave another one waiting.
+One ``LocalRendezvous`` serves one step in one process: a Session's multi-device step, or a
+worker's share of a distributed step (``distributed/worker.py`` subclasses it to pull values
+whose producer is on another task). A key names the transfer: (source device, destination
+device, tensor name, frame and iteration); the step is the rendezvous itself.
+
+``send`` never blocks. ``recv_async`` never blocks either: it calls its callback with the
+value as soon as it has been sent (possibly right away, in the caller's thread, or later in
+the sender's). ``recv`` waits, with a timeout, for a thread that must answer (a worker
+serving another task's RecvTensor). ``abort`` fails every waiting and future receive — and
+any other wait registered with ``watch`` — with the error, so a step in which one part failed
+can never leave another one waiting.
 """
 
 from __future__ import annotations
@@ -20,23 +25,26 @@ def make_key(src_device: str, dst_device: str, tensor_name: str, frame_iter=(0, 
 
 
 class LocalRendezvous:
-    def __init__(self):
+    def __init__(self, step_id: int = 0):
+        self.step_id = step_id
         self._lock = threading.Lock()
         self._values: dict = {}
-        self._waiters: dict = {}
+        self._waiters: dict = {}   # key -> [callback(value, error)]
+        self._watched: set = set()  # other waits that an abort must end (pulls from other tasks)
         self.error: BaseException | None = None
 
     def send(self, key: str, value) -> None:
         with self._lock:
             if self.error is not None:
-                raise _aborted(self.error)
-            waiter = self._waiters.pop(key, None)
-            if waiter is None:
+                raise aborted(self.error)
+            waiters = self._waiters.pop(key, None)
+            if waiters is None:
                 if key in self._values:
-                    raise errors.InternalError(f"rendezvous: {key} was sent twice in one step")
+                    raise errors.InternalError(f"rendezvous: {key} was sent twice in step {self.step_id}")
                 self._values[key] = value
                 return
-        waiter(value, None)
+        for cb in waiters:
+            cb(value, None)
 
     def recv_async(self, key: str, callback) -> None:
         """``callback(value, error)`` is called exactly once."""
@@ -45,26 +53,63 @@ class LocalRendezvous:
                 if key in self._values:
                     value = self._values.pop(key)
                 else:
-                    if key in self._waiters:
-                        raise errors.InternalError(f"rendezvous: {key} is received twice in one step")
-                    self._waiters[key] = callback
+                    self._waiters.setdefault(key, []).append(callback)
                     return
         if self.error is not None:
-            callback(None, _aborted(self.error))
+            callback(None, aborted(self.error))
         else:
             callback(value, None)
+
+    def recv(self, key: str, timeout: float):
+        """Block until ``key`` is sent (or the step aborts); DeadlineExceeded after ``timeout``."""
+        box = {}
+        ev = threading.Event()
+
+        def got(value, error):
+            box["v"], box["e"] = value, error
+            ev.set()
+
+        LocalRendezvous.recv_async(self, key, got)  # this process's table, whatever a subclass routes
+        if not ev.wait(timeout):
+            with self._lock:
+                lst = self._waiters.get(key, [])
+                if got in lst:
+                    lst.remove(got)
+            raise errors.DeadlineExceededError(
+                f"rendezvous: {key} was not produced within {timeout:.0f}s in step {self.step_id}")
+        if box["e"] is not None:
+            raise box["e"]
+        return box["v"]
+
+    def watch(self, callback) -> bool:
+        """Fail ``callback`` too when the step aborts; False (not registered) when it already has."""
+        with self._lock:
+            if self.error is not None:
+                return False
+            self._watched.add(callback)
+            return True
+
+    def unwatch(self, callback) -> None:
+        with self._lock:
+            self._watched.discard(callback)
 
     def abort(self, error: BaseException) -> None:
         """Fail all pending and future receives of this step with ``error`` (first one wins)."""
         with self._lock:
             if self.error is None:
                 self.error = error
-            waiters = list(self._waiters.values())
+            waiters = [cb for lst in self._waiters.values() for cb in lst]
+            waiters += self._watched
+            self._watched = set()
             self._waiters.clear()
             self._values.clear()
-        for w in waiters:
-            w(None, _aborted(self.error))
+        for cb in waiters:
+            cb(None, aborted(self.error))
 
 
-def _aborted(cause: BaseException) -> errors.OpError:
+def aborted(cause: BaseException) -> errors.OpError:
+    """What a receive in an aborted step raises: a cancellation or a lost peer as itself,
+    anything else as AbortedError naming it."""
+    if isinstance(cause, errors.AbortedError | errors.CancelledError | errors.UnavailableError):
+        return type(cause)(cause.message)
     return errors.AbortedError(f"step aborted because another part of it failed: {cause}")
