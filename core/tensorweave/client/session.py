@@ -62,9 +62,7 @@ class Session:
         return super().__new__(cls)
 
     def __init__(self, target: str = "", graph=None, config: ConfigProto | None = None):
-        self._graph = graph if graph is not None else graph_mod.get_default_graph()
-        self._config = config or ConfigProto()
-        self._id = next(_session_ids)
+        self._init_state(graph, config, "session")
         self._devices = create_local_devices(self._config)
         for d in self._devices:
             alloc_name = (self._config.allocator or {}).get(d.device_type)
@@ -75,7 +73,14 @@ class Session:
                         f"no allocator {alloc_name!r} for device type {d.device_type} "
                         f"(available: {sorted(factories)})")
                 d.allocator = factories[alloc_name](d)
-        self._resources = SessionResources(f"session {self._id}")
+
+    def _init_state(self, graph, config, label: str) -> None:
+        """What every kind of session keeps (the distributed ones too): its graph and config,
+        plan cache, state containers, cost model, step bookkeeping."""
+        self._graph = graph if graph is not None else graph_mod.get_default_graph()
+        self._config = config or ConfigProto()
+        self._id = next(_session_ids)
+        self._resources = SessionResources(f"{label} {self._id}")
         self._plans: dict = {}
         self._plan_version = -1
         self._kernel_cache: dict = {}

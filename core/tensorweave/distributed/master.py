@@ -18,7 +18,6 @@ registered again on the next step.
 
 from __future__ import annotations
 
-import itertools
 import os
 import random
 import threading
@@ -33,10 +32,6 @@ from tensorweave.distributed import wire
 from tensorweave.distributed.transport import Security, get_transport
 from tensorweave.distributed.worker import RemoteDevice, task_of_device
 from tensorweave.framework import errors
-from tensorweave.framework import graph as graph_mod
-from tensorweave.passes.cost_model import CostModel
-from tensorweave.runtime.config import ConfigProto
-from tensorweave.runtime.containers import SessionResources
 
 _step_seed = random.SystemRandom()
 
@@ -110,23 +105,9 @@ class DistributedSession(Session):
     _plan_class = _RemotePlan
 
     def __init__(self, target=None, graph=None, config=None, cluster=None, transport=None, security=None):
-        self._graph = graph if graph is not None else graph_mod.get_default_graph()
-        self._config = config or ConfigProto()
-        self._id = next(_session_counter)
-        self._closed = False
-        self._plans: dict = {}
-        self._plan_version = -1
-        self._kernel_cache: dict = {}
-        self._cost_model = CostModel()
-        self._step_ids = itertools.count(1)
-        self._pool = None
-        self._lock = threading.Lock()
-        self._default_ctx = None
-        self._active_steps: set = set()
-        self._resources = SessionResources(f"client {self._id}")  # unused: state lives on the tasks
+        self._init_state(graph, config, "client")  # its containers stay empty: state lives on the tasks
 
         transport_name, address, cfg = (None, None, None) if cluster is not None else _parse_target(target)
-        self._cluster_config = cfg
         if cfg is not None:
             security = security or _security_from_config(cfg)
             transport_name = transport or _control_transport(cfg)
@@ -354,7 +335,6 @@ class _HealthChecker:
                 self.session.task_lost(task, e)
 
 
-_session_counter = itertools.count(1)
 
 
 def _root_cause(errs, step_error):

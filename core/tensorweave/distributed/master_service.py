@@ -28,7 +28,6 @@ from tensorweave.distributed import wire
 from tensorweave.distributed.master import DistributedSession
 from tensorweave.distributed.transport import Security, get_transport, guarded
 from tensorweave.framework import errors
-from tensorweave.framework import graph as graph_mod
 from tensorweave.framework.graph import Graph
 from tensorweave.framework.importer import import_graph_def
 from tensorweave.framework.serialization import graph_to_dict
@@ -132,16 +131,12 @@ class RemoteMasterSession(Session):
         scheme, sep, address = target.partition("://")
         if not sep:
             raise errors.InvalidArgumentError(f"session target {target!r}: expected 'grpc://host:port'")
-        self._graph = graph if graph is not None else graph_mod.get_default_graph()
-        self._config = config
+        self._init_state(graph, config, "client")  # plans are built in the master service
         self._security = security or Security(token=os.environ.get("TENSORWEAVE_TOKEN") or None)
         self._channel = get_transport(scheme).channel(address, self._security)
         self._target = target
         self._handle = None
         self._version = None
-        self._closed = False
-        self._default_ctx = None
-        self._active_steps: set = set()
 
     def placement(self, fetches, feed_dict=None):
         raise errors.UnimplementedError(

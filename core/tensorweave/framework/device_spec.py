@@ -87,9 +87,6 @@ class DeviceSpec:
             )
         )
 
-    def is_empty(self) -> bool:
-        return all(v is None for v in (self.job, self.replica, self.task, self.device_type, self.device_index))
-
     def to_string(self) -> str:
         s = ""
         if self.job is not None:
@@ -113,6 +110,3 @@ class DeviceSpec:
     def __hash__(self):
         return hash(self.to_string())
 
-
-def canonical_name(spec: str | DeviceSpec) -> str:
-    return DeviceSpec.from_string(spec).to_string()

@@ -134,11 +134,6 @@ class CostModel:
             return None
         return entry[1]
 
-    def reset_measurements(self) -> None:
-        with self._lock:
-            self.measured.clear()
-            self.measured_bytes.clear()
-
     # -- sizes -----------------------------------------------------------------------------
     def _dims(self, shape) -> list[int]:
         if shape.ndims is None:

@@ -487,7 +487,6 @@ class CompiledPartition:
             getattr(tr, "frame", ROOT) != ROOT for tr in (*recvs, *sends))
         self.device = device
         self.allocator = device.allocator
-        self._session = session
 
         c = _Compiler(device, kernels, resources, kernel_cache, session)
         self.feed_slots = c.allocate_slots(nodes, feeds, frame_mode)

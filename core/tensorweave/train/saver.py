@@ -233,7 +233,6 @@ class Saver:
         if saver_def is not None or builder is not None:
             raise errors.UnimplementedError("Saver(saver_def=..., builder=...) is not supported")
         self._var_list = var_list
-        self._sharded = bool(sharded)
         self._max_to_keep = max_to_keep
         self._keep_hours = keep_checkpoint_every_n_hours
         self._name = name
