@@ -11,7 +11,8 @@ start; hooks' ``after_create_session``.
 Recovery (distributed, whitepaper 3.3): when a step on a cluster (``master="grpc://host:port"``
 or a cluster config) fails with ``UnavailableError`` or ``AbortedError`` — a task died or
 stopped answering its health checks — the session is closed, the cluster is polled until
-every task answers ``Health`` again (progress on stderr; ``max_wait_secs`` at most), and a
+every task answers ``Health`` again (``max_wait_secs`` at most; logged on the
+``tensorweave.train.monitored_session`` logger), and a
 new session is made through the same ``ChiefSessionCreator``: graphs are registered again on
 the restarted tasks and ``restore_or_initialize`` restores the latest checkpoint (a restarted
 ps lost its variables). Hooks see ``after_create_session`` again and the failed ``run`` is
@@ -20,7 +21,7 @@ retried. Local sessions never recover: their errors propagate as before.
 
 from __future__ import annotations
 
-import sys
+import logging
 import time
 
 from tensorweave.client.session import Session
@@ -34,6 +35,8 @@ from tensorweave.train.coordinator import Coordinator
 from tensorweave.train.hooks import CheckpointSaverHook, SessionRunArgs, SessionRunContext, SessionRunValues
 from tensorweave.train.queue_runner import start_queue_runners
 from tensorweave.train.saver import Saver, latest_checkpoint
+
+log = logging.getLogger(__name__)
 
 __all__ = ["Scaffold", "ChiefSessionCreator", "MonitoredSession", "MonitoredTrainingSession",
            "restore_or_initialize"]
@@ -193,7 +196,7 @@ class MonitoredSession:
     def _recover(self, cause):
         """Close the failed session, wait for the cluster, create and restore a new one."""
         old = self._sess
-        _log(f"MonitoredSession: a step failed ({type(cause).__name__}: {cause.message}); "
+        log.warning(f"MonitoredSession: a step failed ({type(cause).__name__}: {cause.message}); "
              "re-creating the session once every task answers")
         tasks = dict(old._cluster)
         transport, security = old._transport, old._security
@@ -209,10 +212,10 @@ class MonitoredSession:
                 self._discard_session()
                 if time.monotonic() > deadline:
                     raise
-                _log(f"MonitoredSession: creating the session failed ({type(e).__name__}: {e.message}); retrying")
+                log.warning(f"MonitoredSession: creating the session failed ({type(e).__name__}: {e.message}); retrying")
         self.recoveries += 1
         restored = getattr(self._creator, "restored_from", None)
-        _log(f"MonitoredSession: session re-created; variables "
+        log.warning(f"MonitoredSession: session re-created; variables "
              f"{'restored from ' + restored if restored else 'initialized (no checkpoint)'}")
 
     def _discard_session(self):
@@ -304,10 +307,6 @@ class MonitoredSession:
         return exc_type is None
 
 
-def _log(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
-
-
 def _wait_for_tasks(tasks: dict, transport, security, deadline: float, poll: float = 0.1) -> None:
     """Poll ``Health`` on every task ({(job, task): address}) through fresh channels until all
     answer; DeadlineExceededError naming the silent ones after ``deadline`` (monotonic)."""
@@ -330,7 +329,7 @@ def _wait_for_tasks(tasks: dict, transport, security, deadline: float, poll: flo
         if now > deadline:
             raise errors.DeadlineExceededError(f"MonitoredSession: the cluster did not come back: no answer from {names}")
         if now - last_report >= 5.0:
-            _log(f"MonitoredSession: still waiting for {names}")
+            log.info(f"MonitoredSession: still waiting for {names}")
             last_report = now
         time.sleep(poll)
 
