@@ -169,6 +169,9 @@ class Kit:
         assert not left, f"threads started by the kit's servers and channels outlived them: {left}"
 
 
+_WARM: set[str] = set()  # transports whose process-lifetime threads have been started
+
+
 def open_kit(name: str) -> Kit:
     """A ``Kit`` for transport ``name``, made once the transport has started what it keeps for
     the life of the process (an engine thread, say), so that only the threads a check starts count."""
@@ -182,9 +185,6 @@ def open_kit(name: str) -> Kit:
             kit.close()
         _WARM.add(name)
     return Kit(name)
-
-
-_WARM: set[str] = set()
 
 
 def run_check(name: str, check: Check) -> None:
@@ -211,7 +211,6 @@ def run_check(name: str, check: Check) -> None:
     kit.finish()
 
 
-
 # ----------------------------------------------------------------------------------------
 # Helpers of the checks
 
@@ -222,8 +221,8 @@ def echo(payload):
     return wire.encode_response({"echo": header}, tensors)
 
 
-def _stream_of(value, chunk_bytes: int = wire.DEFAULT_CHUNK_BYTES):
-    return lambda payload: wire.tensor_chunks(value, chunk_bytes=chunk_bytes)
+def _stream_of(value):
+    return lambda payload: wire.tensor_chunks(value)
 
 
 def _echoed(ch: Channel, header: dict, tensors=(), method: str = "Echo"):
