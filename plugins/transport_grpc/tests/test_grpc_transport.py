@@ -19,13 +19,12 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 import tensorweave as tw
-from tensorweave.distributed import transport, wire
+from tensorweave.distributed import wire
 from tensorweave.distributed.transport import Security, ServiceDispatcher
 from tensorweave.testing import transport_kit
 from tensorweave.testing.transport_kit import echo
 
 HERE = Path(__file__).resolve().parent
-GRPC = transport.get_transport("grpc")
 
 
 @pytest.fixture
@@ -94,11 +93,11 @@ def test_tls_round_trip_with_a_self_signed_certificate(kit):
                                                                             timeout=10)
 
 
-def test_tls_settings_that_cannot_be_honoured_fail_at_start_up():
+def test_tls_settings_that_cannot_be_honoured_fail_at_start_up(kit):
     with pytest.raises(tw.errors.InvalidArgumentError, match="tls_key is missing"):
-        GRPC.server("127.0.0.1:0", ServiceDispatcher({}), Security(tls_cert=b"pem"))
+        kit.transport.server("127.0.0.1:0", ServiceDispatcher({}), Security(tls_cert=b"pem"))
     with pytest.raises(tw.errors.InvalidArgumentError, match="only tls_root"):
-        GRPC.server("127.0.0.1:0", ServiceDispatcher({}), Security(tls_root=b"pem"))
+        kit.transport.server("127.0.0.1:0", ServiceDispatcher({}), Security(tls_root=b"pem"))
 
 
 def test_health_service_reports_serving(kit):
@@ -160,8 +159,8 @@ def test_errors_name_the_method_and_the_peer(kit):
     with pytest.raises(tw.errors.DeadlineExceededError, match=r"Slow to .*deadline \(0.2 s\)"):
         ch.call("Slow", b"", timeout=0.2)
     with pytest.raises(tw.errors.UnavailableError, match=f"cannot listen on {server.address}"):
-        GRPC.server(server.address, ServiceDispatcher({}), Security())
-    closed = GRPC.channel(server.address, Security())
+        kit.transport.server(server.address, ServiceDispatcher({}), Security())
+    closed = kit.transport.channel(server.address, Security())
     closed.close()
     with pytest.raises(tw.errors.FailedPreconditionError, match="closed"):
         closed.call("RunGraph", b"", timeout=10)

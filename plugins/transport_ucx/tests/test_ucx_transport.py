@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import tensorweave as tw
-from tensorweave.distributed import transport, wire
+from tensorweave.distributed import wire
 from tensorweave.distributed.transport import Security, ServiceDispatcher
 from tensorweave.testing import transport_kit
 from tensorweave.testing.transport_kit import echo
@@ -19,8 +19,6 @@ from tensorweave.testing.transport_kit import echo
 pytest.importorskip("ucxx", reason="the ucx transport needs ucxx (pip install ucxx-cu12)")
 
 from tensorweave_ucx import channel, connection, engine, env, framing, server  # noqa: E402 - after the skip
-
-UCX = transport.get_transport("ucx")
 
 
 @pytest.fixture
@@ -94,13 +92,13 @@ def test_error_messages(kit):
         closed.call("Echo", wire.encode_message({}), timeout=10)
 
 
-def test_tls_is_unimplemented_naming_ucx():
+def test_tls_is_unimplemented_naming_ucx(kit):
     d = ServiceDispatcher({"Echo": echo})
     for sec in (Security(tls_cert=b"PEM", tls_key=b"PEM"), Security(tls_root=b"PEM")):
         with pytest.raises(tw.errors.UnimplementedError, match="'ucx'.*TLS"):
-            UCX.server("127.0.0.1:0", d, sec)
+            kit.transport.server("127.0.0.1:0", d, sec)
         with pytest.raises(tw.errors.UnimplementedError, match="'ucx'.*TLS"):
-            UCX.channel("127.0.0.1:1", sec)
+            kit.transport.channel("127.0.0.1:1", sec)
 
 
 def test_cluster_config_asking_for_tls_over_ucx_fails_at_start_up(tmp_path):
@@ -116,10 +114,10 @@ def test_cluster_config_asking_for_tls_over_ucx_fails_at_start_up(tmp_path):
         Server(load_config(cfg), "worker", 0)
 
 
-def test_a_channel_address_must_be_host_and_port():
+def test_a_channel_address_must_be_host_and_port(kit):
     for address in ("no-port", "127.0.0.1:http", "127.0.0.1:70000"):
         with pytest.raises(tw.errors.InvalidArgumentError, match="host:port"):
-            UCX.channel(address)
+            kit.transport.channel(address)
 
 
 def test_environment_defaults_leave_what_the_user_set():
