@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import grpc
 
+from tensorweave.distributed import wire
 from tensorweave.framework import errors
 
 from . import codec
@@ -71,8 +72,6 @@ class GrpcChannel:
 
     def fetch(self, method: str, payload, timeout: float | None = None):
         """Stream a tensor from ``method``; what ``wire.assemble_tensor`` makes of the chunks."""
-        from tensorweave.distributed import wire
-
         self._check(method, payload)
         stub = self._streams.get(method)
         if stub is None:

@@ -63,7 +63,7 @@ class GrpcServer:
             ("grpc.so_reuseport", 0),
         ]
         self._pool = futures.ThreadPoolExecutor(max_workers, thread_name_prefix="tw-grpc-server")
-        self._server = grpc.server(self._pool, handlers=[WorkerServiceHandler(dispatcher, security.token)],
+        self._server = grpc.server(self._pool, handlers=[WorkerServiceHandler(dispatcher, security)],
                                    options=options)
         self._health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self._health, self._server)

@@ -9,17 +9,16 @@ is a ``grpc.GenericRpcHandler`` that routes any method under the service rather 
 ``grpc.method_handlers_generic_handler`` with a fixed table; paths outside the service get
 gRPC's own UNIMPLEMENTED status.
 
-Auth: a client sends ``authorization: Bearer <token>`` metadata; the handler passes the token to
-``dispatcher.check_token`` (and compares it with ``security.token`` when that is set) before
-touching the payload. A refused token ends the call with UNAUTHENTICATED.
+Auth: a client sends ``authorization: Bearer <token>`` metadata; the handler passes it to the
+core's ``dispatcher.check_token(token, security)`` before touching the payload. A refused token
+ends the call with UNAUTHENTICATED.
 """
 
 from __future__ import annotations
 
-import hmac
-
 import grpc
 
+from tensorweave.distributed import transport
 from tensorweave.framework import errors
 
 from . import codec
@@ -57,32 +56,21 @@ def _grpc_code(exc: errors.OpError) -> grpc.StatusCode:
 class WorkerServiceHandler(grpc.GenericRpcHandler):
     """Routes ``/tensorweave.WorkerService/*`` to a ServiceDispatcher (see the module docstring)."""
 
-    def __init__(self, dispatcher, security_token: str | None = None):
+    def __init__(self, dispatcher: transport.ServiceDispatcher, security: transport.Security):
         self._dispatcher = dispatcher
-        self._token = security_token
+        self._security = security
         self._handlers: dict[str, grpc.RpcMethodHandler] = {}
 
     def _authenticate(self, context) -> None:
-        token = _bearer(context)
         try:
-            self._dispatcher.check_token(token)
-            if self._token is not None and (
-                    token is None or not hmac.compare_digest(token.encode(), self._token.encode())):
-                raise errors.UnauthenticatedError("the request carried no valid auth token for this server")
+            self._dispatcher.check_token(_bearer(context), self._security)
         except errors.UnauthenticatedError as e:
             context.abort(grpc.StatusCode.UNAUTHENTICATED, str(e))
 
     def _unary(self, method: str):
         def handle(payload: memoryview, context):
             self._authenticate(context)
-            try:
-                return self._dispatcher.call(method, bytes(payload))
-            except Exception as e:  # the dispatcher encodes tw.errors itself; this is a bug guard
-                from tensorweave.distributed import wire
-
-                err = e if isinstance(e, errors.OpError) else errors.InternalError(
-                    f"grpc transport: {method} handler raised {type(e).__name__}: {e}")
-                return wire.encode_error(err)
+            return self._dispatcher.call(method, bytes(payload))
 
         return grpc.unary_unary_rpc_method_handler(
             handle, request_deserializer=codec.decode, response_serializer=codec.encode)
@@ -92,12 +80,10 @@ class WorkerServiceHandler(grpc.GenericRpcHandler):
             self._authenticate(context)
             try:
                 yield from self._dispatcher.stream(method, bytes(payload))
-            except Exception as e:
-                # Chunks may already be on the wire, so the error cannot be a response chunk:
+            except errors.OpError as e:
+                # Chunks are already on the wire, so the error cannot be a response chunk:
                 # it ends the stream with the status of the same code; the client maps it back.
-                err = e if isinstance(e, errors.OpError) else errors.InternalError(
-                    f"grpc transport: {method} stream raised {type(e).__name__}: {e}")
-                context.abort(_grpc_code(err), str(err))
+                context.abort(_grpc_code(e), str(e))
 
         return grpc.unary_stream_rpc_method_handler(
             handle, request_deserializer=codec.decode, response_serializer=codec.encode)
@@ -109,11 +95,10 @@ class WorkerServiceHandler(grpc.GenericRpcHandler):
         handler = self._handlers.get(path)
         if handler is None:
             method = path[len(_PREFIX):]
-            streams = getattr(self._dispatcher, "streams", {})
-            is_stream = method in STREAM_METHODS or method in streams
+            is_stream = method in STREAM_METHODS or method in self._dispatcher.streams
             handler = self._stream(method) if is_stream else self._unary(method)
             # Cache only methods that exist (a client cannot grow the table with made-up
             # names); a race just builds the same handler twice.
-            if is_stream or method in UNARY_METHODS or method in getattr(self._dispatcher, "handlers", {}):
+            if is_stream or method in UNARY_METHODS or method in self._dispatcher.handlers:
                 self._handlers[path] = handler
         return handler

@@ -1,10 +1,12 @@
-"""``GrpcTransport``: the class registered as transport ``grpc`` (see core ``distributed/transport.py``).
-
-It imports grpcio only when a server or channel is made, so loading plugins stays fast in
-processes that never use the network.
-"""
+"""``GrpcTransport``: the class registered as transport ``grpc`` (the contract is
+``tensorweave.distributed.transport.Transport``)."""
 
 from __future__ import annotations
+
+from tensorweave.distributed.transport import Security
+
+from .channel import GrpcChannel
+from .server import GrpcServer
 
 
 class GrpcTransport:
@@ -15,16 +17,8 @@ class GrpcTransport:
     #: health probes need others meanwhile.
     max_workers = 64
 
-    def server(self, address: str, dispatcher, security=None):
-        from tensorweave.distributed.transport import Security
-
-        from .server import GrpcServer
-
+    def server(self, address: str, dispatcher, security: Security | None = None) -> GrpcServer:
         return GrpcServer(address, dispatcher, security or Security(), max_workers=self.max_workers)
 
-    def channel(self, address: str, security=None):
-        from tensorweave.distributed.transport import Security
-
-        from .channel import GrpcChannel
-
+    def channel(self, address: str, security: Security | None = None) -> GrpcChannel:
         return GrpcChannel(address, security or Security())

@@ -1,9 +1,7 @@
-"""Entry point of the UCX transport plugin: registers transport ``ucx`` and reports ucxx's version.
-
-ucxx is looked up in the installed distributions, not imported: importing it loads UCX, and
-this probe runs whenever a process loads its plugins (the transport imports it on first use;
-without ucxx, starting a ``ucx`` server or channel is an UnavailableError that says so).
-"""
+"""Entry point of the UCX transport plugin: registers transport ``ucx`` and reports which ucxx
+is installed — looked up in the installed distributions, not imported: importing ucxx loads
+UCX, and this runs whenever a process loads its plugins (without ucxx, starting a ``ucx``
+server or channel is an UnavailableError that says so)."""
 
 from __future__ import annotations
 
@@ -26,17 +24,13 @@ def ucxx_version() -> str | None:
     return None
 
 
-def status() -> str:
-    v = ucxx_version()
-    return ("transport ucx (" + (v if v else "ucxx NOT installed: `pip install ucxx-cu12` (Linux); "
-                                 "starting a ucx server or channel fails until then") + ")")
-
-
 @hookimpl
 def tensorweave_register_transports(registry):
-    registry.register("ucx", UcxTransport)
+    registry.register(UcxTransport.name, UcxTransport)
 
 
 @hookimpl
 def tensorweave_plugin_status():
-    return status()
+    v = ucxx_version()
+    return ("transport ucx (" + (v if v else "ucxx NOT installed: `pip install ucxx-cu12` (Linux); "
+                                 "starting a ucx server or channel fails until then") + ")")
