@@ -3,13 +3,14 @@ device, or host-side resources."""
 
 from __future__ import annotations
 
-from tensorweave.kernels import control_flow
-from tensorweave.ops import accumulator_ops
+from tensorweave.kernels import accumulators, control_flow, data_flow, readers, stacks
 from tensorweave.plugins import hookimpl
 
 
 @hookimpl
 def tensorweave_register_kernels(registry):
     control_flow.register_kernels(registry)
-    # Gradient accumulators are host data structures, like queues: CPU kernels on every task.
-    accumulator_ops.register_kernels(registry)
+    # Host-side resources (queues, readers, per-step stacks, gradient accumulators): host
+    # data structures the CPU device of every task runs, whatever device plugins are installed.
+    for module in (data_flow, readers, stacks, accumulators):
+        module.register_kernels(registry)

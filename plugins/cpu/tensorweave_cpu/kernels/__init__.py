@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import importlib
 
-FAMILIES = ("array", "math", "random", "state", "control", "nn", "training", "data_flow", "checkpoint", "io",
-            "compression", "stack")
+FAMILIES = ("array", "math", "random", "state", "control", "nn", "training", "checkpoint", "io",
+            "compression")
 
 
 def register_all(registry):

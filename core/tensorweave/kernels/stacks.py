@@ -1,4 +1,5 @@
-"""Stack kernels (StackV2, StackPushV2, StackPopV2, StackCloseV2) for loop gradients.
+"""Stack kernels (StackV2, StackPushV2, StackPopV2, StackCloseV2) for loop gradients: host
+logic, registered by the core for the CPU device.
 
 A stack lives for one step: its elements are kept in ``StepContext.step_resources`` (a dict
 the executor clears when the step ends) under the stack's handle, a plain string that names
@@ -74,6 +75,6 @@ def _close(ctx):
     return close
 
 
-def register(reg):
+def register_kernels(reg):
     for op, factory in (("StackV2", _stack), ("StackPushV2", _push), ("StackPopV2", _pop), ("StackCloseV2", _close)):
         reg.register(op, CPU, factory=factory, takes_context=True)

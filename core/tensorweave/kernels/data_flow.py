@@ -1,7 +1,8 @@
-"""Queue kernels (FIFOQueueV2, RandomShuffleQueueV2, enqueue/dequeue/close/size) and CountUpTo.
+"""Queue kernels (FIFOQueueV2, RandomShuffleQueueV2, enqueue/dequeue/close/size) and CountUpTo:
+host logic, registered by the core for the CPU device of every task.
 
-The queue itself is host logic in ``tensorweave.runtime.queues``; these kernels create it in
-the session's resources and forward to it. Enqueue and dequeue are async kernels: a blocked
+The queue itself is in ``tensorweave.runtime.queues``; these kernels create it in the
+session's resources and forward to it. Enqueue and dequeue are async kernels: a blocked
 one leaves its ``done`` continuation parked in the queue and holds no thread.
 """
 
@@ -116,7 +117,7 @@ def _count_up_to(ctx):
     return count_up_to
 
 
-def register(reg):
+def register_kernels(reg):
     reg.register("FIFOQueueV2", CPU, factory=_queue_factory(_fifo))
     reg.register("RandomShuffleQueueV2", CPU, factory=_queue_factory(_shuffle))
     reg.register("QueueEnqueueV2", CPU, factory=_enqueue(False), is_async=True)
