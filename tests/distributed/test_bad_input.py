@@ -41,7 +41,7 @@ def _register(graph_nodes, feeds=(), fetches=()):
 
 
 INIT = _register([VAR, _node("init", "Const", dtype=F32,
-                            value={"tensor": {"dtype": "float32", "shape": [3], "data": "AACAPwAAAEAAAEBA"}}),
+                            value={"tensor": {"dtype": "F32", "shape": [3], "data": "AACAPwAAAEAAAEBA"}}),
     _node("assign", "Assign", ["v:0", "init:0"], T=F32, use_locking={"b": True}, validate_shape={"b": True})],
     fetches=["assign:0"])
 READ = _register([VAR, _node("read", "Identity", ["v:0"], T=F32)], fetches=["read:0"])

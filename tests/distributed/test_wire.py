@@ -11,7 +11,7 @@ import pytest
 import tensorweave as tw
 from tensorweave import plugins
 from tensorweave.distributed import transport, wire
-from tensorweave.framework import dtypes
+from tensorweave.framework import dtypes, serialization
 from tensorweave.runtime.step import DEAD
 
 NUMERIC = [d for d in dtypes.ALL_DTYPES if not d.is_string]
@@ -175,7 +175,7 @@ def test_assembly_accepts_any_chunking_and_a_header_chunk_carrying_data():
     x = np.arange(1000, dtype=np.int16).reshape(10, 100)
     stream = b"".join(bytes(c) for c in wire.tensor_chunks(x))
     header, off = wire.decode_tensor_header(stream)
-    assert header == {"dtype": "int16", "shape": (10, 100), "nbytes": 2000, "dead": False}
+    assert header == {"dtype": "I16", "shape": (10, 100), "nbytes": 2000, "dead": False}
     pieces = [stream[:off + 5]] + [memoryview(stream)[i:i + 37] for i in range(off + 5, len(stream), 37)]
     np.testing.assert_array_equal(wire.assemble_tensor(pieces), x)
     asm = wire.TensorAssembler(header)
@@ -244,7 +244,7 @@ def test_wrong_magic():
         wire.decode_message(b"XWM1" + data[4:])
     with pytest.raises(tw.errors.InvalidArgumentError, match="magic"):
         wire.decode_message(b"TX")
-    bad_frame = b"TWT2" + _frame({"dtype": "int8", "shape": [1], "nbytes": 1}, b"\x01")[4:]
+    bad_frame = b"TWT2" + _frame({"dtype": "I8", "shape": [1], "nbytes": 1}, b"\x01")[4:]
     with pytest.raises(tw.errors.InvalidArgumentError, match="tensor 0 of 1.*magic"):
         wire.decode_message(_message(frames=[bad_frame]))
     with pytest.raises(tw.errors.InvalidArgumentError, match="magic"):
@@ -252,14 +252,14 @@ def test_wrong_magic():
 
 
 def test_header_byte_count_not_matching_shape():
-    frame = _frame({"dtype": "float32", "shape": [2, 2], "nbytes": 12}, b"\x00" * 12)
+    frame = _frame({"dtype": "F32", "shape": [2, 2], "nbytes": 12}, b"\x00" * 12)
     with pytest.raises(tw.errors.InvalidArgumentError,
                        match=r"byte count 12 does not match shape \[2, 2\] of float32 .* = 16 bytes"):
         wire.decode_message(_message(frames=[frame]))
     with pytest.raises(tw.errors.InvalidArgumentError, match="byte count 12 does not match"):
         wire.assemble_tensor([frame])
     # the header agrees with its shape but the frame holds fewer bytes than it says
-    short = _frame({"dtype": "float32", "shape": [2, 2], "nbytes": 16}, b"\x00" * 12)
+    short = _frame({"dtype": "F32", "shape": [2, 2], "nbytes": 16}, b"\x00" * 12)
     with pytest.raises(tw.errors.InvalidArgumentError, match="12 payload bytes but its header says nbytes=16"):
         wire.decode_message(_message(frames=[short]))
 
@@ -271,7 +271,7 @@ def test_oversize():
     with pytest.raises(tw.errors.ResourceExhaustedError, match="exceeds the limit of 4000"):
         wire.encode_message({}, [np.zeros(1000, np.float64)], max_bytes=4000)
     # a stream announcing 4 TiB is refused before anything is allocated
-    huge = _frame({"dtype": "float32", "shape": [1 << 40], "nbytes": 4 << 40})
+    huge = _frame({"dtype": "F32", "shape": [1 << 40], "nbytes": 4 << 40})
     with pytest.raises(tw.errors.ResourceExhaustedError, match="exceeds the limit"):
         wire.assemble_tensor([huge])
     with pytest.raises(tw.errors.ResourceExhaustedError):
@@ -299,17 +299,18 @@ def test_header_json_must_be_an_object(raw, match):
     ({"dtype": "object", "shape": [1], "nbytes": 8}, "unknown dtype 'object'"),
     ({"dtype": 3, "shape": [1], "nbytes": 8}, "unknown dtype 3"),
     ({"shape": [1], "nbytes": 8}, "unknown dtype None"),
-    ({"dtype": "int8", "shape": [-1], "nbytes": 1}, "non-negative ints"),
-    ({"dtype": "int8", "shape": [True], "nbytes": 1}, "non-negative ints"),
-    ({"dtype": "int8", "shape": [1.0], "nbytes": 1}, "non-negative ints"),
-    ({"dtype": "int8", "shape": 1, "nbytes": 1}, "non-negative ints"),
-    ({"dtype": "int8", "shape": [1] * 40, "nbytes": 1}, "at most 32"),
-    ({"dtype": "int8", "shape": [1], "nbytes": -1}, "nbytes must be a non-negative int"),
-    ({"dtype": "int8", "shape": [1], "nbytes": "1"}, "nbytes must be a non-negative int"),
-    ({"dtype": "int8", "shape": [1], "nbytes": 1, "dead": 1}, "'dead' must be a bool"),
-    ({"dtype": "int8", "shape": [1], "nbytes": 1, "dead": True}, "a dead tensor carries no bytes"),
-    ({"dtype": "int8", "shape": [1], "nbytes": 1, "pickle": True}, r"unknown header field\(s\) \['pickle'\]"),
-    ({"dtype": "string", "shape": [3], "nbytes": 20}, "cannot hold the 3 string lengths"),
+    ({"dtype": "I8", "shape": [-1], "nbytes": 1}, "non-negative ints"),
+    ({"dtype": "I8", "shape": [True], "nbytes": 1}, "non-negative ints"),
+    ({"dtype": "I8", "shape": [1.0], "nbytes": 1}, "non-negative ints"),
+    ({"dtype": "I8", "shape": 1, "nbytes": 1}, "non-negative ints"),
+    ({"dtype": "I8", "shape": [1] * 40, "nbytes": 1}, "at most 32"),
+    ({"dtype": "I8", "shape": [1], "nbytes": -1}, "nbytes must be a non-negative int"),
+    ({"dtype": "I8", "shape": [1], "nbytes": "1"}, "nbytes must be a non-negative int"),
+    ({"dtype": "I8", "shape": [1], "nbytes": 1, "dead": 1}, "'dead' must be a bool"),
+    ({"dtype": "I8", "shape": [1], "nbytes": 1, "dead": True}, "a dead tensor carries no bytes"),
+    ({"dtype": "I8", "shape": [1], "nbytes": 1, "pickle": True}, r"unknown header field\(s\) \['pickle'\]"),
+    ({"dtype": "STR", "shape": [3], "nbytes": 24}, "cannot hold the 4 string offsets"),
+    ({"dtype": "float32", "shape": [1], "nbytes": 4}, "unknown dtype 'float32'"),  # tensorweave's name: not a wire name
 ])
 def test_bad_tensor_headers(header, match):
     frame = _frame(header, b"\x00" * max(0, header.get("nbytes", 0) if isinstance(header.get("nbytes"), int) else 0))
@@ -321,20 +322,24 @@ def test_bad_tensor_headers(header, match):
 
 def test_bad_payloads():
     with pytest.raises(tw.errors.InvalidArgumentError, match="bytes other than 0 and 1"):
-        wire.decode_message(_message(frames=[_frame({"dtype": "bool", "shape": [2], "nbytes": 2}, b"\x01\x02")]))
+        wire.decode_message(_message(frames=[_frame({"dtype": "BOOL", "shape": [2], "nbytes": 2}, b"\x01\x02")]))
     with pytest.raises(tw.errors.InvalidArgumentError, match="bytes other than 0 and 1"):
-        wire.assemble_tensor([_frame({"dtype": "bool", "shape": [2], "nbytes": 2}, b"\x01\x02")])
+        wire.assemble_tensor([_frame({"dtype": "BOOL", "shape": [2], "nbytes": 2}, b"\x01\x02")])
 
-    def strings(count, lengths, body, shape=(2,)):
-        payload = struct.pack("<I", count) + struct.pack(f"<{len(lengths)}Q", *lengths) + body
-        return _frame({"dtype": "string", "shape": list(shape), "nbytes": len(payload)}, payload)
+    def strings(offsets, body, shape=(2,)):
+        payload = struct.pack(f"<{len(offsets)}q", *offsets) + body
+        return _frame({"dtype": "STR", "shape": list(shape), "nbytes": len(payload)}, payload)
 
-    wire.decode_message(_message(frames=[strings(2, [1, 2], b"abc")]))  # well formed
+    wire.decode_message(_message(frames=[strings([0, 1, 3], b"abc")]))  # well formed
     for frame, match in [
-        (strings(3, [1, 2, 0], b"abc"), "holds 3 strings but shape"),
-        (strings(2, [1, 3], b"abc"), "add up to 4 bytes but 3 follow"),
-        (strings(2, [1, 2**64 - 1], b"abc"), "add up to"),
-        (strings(0, [], b"zz", shape=(0,)), "stray bytes"),
+        (strings([0, 1, 3, 3], b"abc"), "its offsets do not describe its 11 bytes"),  # one offset too many
+        (strings([0, 1, 4], b"abc"), "its offsets do not describe its 3 bytes"),
+        (strings([1, 1, 3], b"abc"), "its offsets do not describe"),
+        (strings([0, 2, 1], b"abc"), "its offsets do not describe"),
+        (strings([0, -1, 3], b"abc"), "its offsets do not describe"),
+        (strings([0, 2**62, 3], b"abc"), "its offsets do not describe"),
+        (strings([0], b"zz", shape=(0,)), "its offsets do not describe its 2 bytes"),
+        (strings([0], b"", shape=(2,)), "cannot hold the 3 string offsets"),
     ]:
         with pytest.raises(tw.errors.InvalidArgumentError, match=match):
             wire.decode_message(_message(frames=[frame]))
@@ -482,18 +487,37 @@ def two_device_partitions():
         plugins._reset_for_tests()
 
 
+def _json(gd):
+    """A decoded graph def with its tensor values (arrays) in the JSON form, comparable with ==."""
+    def attr(v):
+        (kind, x), = v.items()
+        if kind == "tensor":
+            return {"tensor": serialization.encode_tensor(x)}
+        return {"list": [attr(e) for e in x]} if kind == "list" else v
+    return json.loads(json.dumps({**gd, "node": [{**n, "attr": {k: attr(v) for k, v in n["attr"].items()}}
+                                                 for n in gd["node"]]}))
+
+
 def test_partition_graph_defs_round_trip_through_a_message(two_device_partitions):
     gds, feeds = two_device_partitions
     assert len(gds) == 2 and {"_Send", "_Recv"} <= {n["op"] for gd in gds for n in gd["node"]}
-    enc = [wire.encode_graph_def(gd) for gd in gds]
-    header, _ = wire.decode_message(wire.encode_message({"partitions": enc}))
+    constants = []
+    enc = [wire.encode_graph_def(gd, constants) for gd in gds]
+    # every constant (v's initial value, c, 2.0, 1.0, the reduction axes) travels as a frame, not as base64
+    assert len(constants) == sum("value" in n["attr"] for gd in gds for n in gd["node"]) == 6
+    assert '"data"' not in json.dumps(enc) and '{"frame": 1}' in json.dumps(enc)
+    header, tensors = wire.decode_message(wire.encode_message({"partitions": enc}, constants))
     for gd, got in zip(gds, header["partitions"]):
-        out = wire.decode_graph_def(got, plugins.registry(), feeds=feeds)
-        assert json.loads(json.dumps(out)) == json.loads(json.dumps({"versions": {"producer": 1}, **gd}))
-        assert wire.decode_graph_def(got, plugins.registry().ops, feeds=feeds) == out
+        out = wire.decode_graph_def(got, plugins.registry(), feeds=feeds, tensors=tensors)
+        assert _json(out) == json.loads(json.dumps({"versions": {"producer": 1}, **gd}))
+        assert _json(wire.decode_graph_def(got, plugins.registry().ops, feeds=feeds, tensors=tensors)) == _json(out)
     fed_part = next(gd for gd in header["partitions"] if any(n["name"] == "a" for n in gd["node"]))
     with pytest.raises(tw.errors.InvalidArgumentError, match="node 'a': input 'x:0' names no node of this graph"):
-        wire.decode_graph_def(fed_part)  # without feeds=["x:0"]
+        wire.decode_graph_def(fed_part, tensors=tensors)  # without feeds=["x:0"]
+    const_part = next(gd for gd in header["partitions"] if any(n["name"] == "c" for n in gd["node"]))
+    with pytest.raises(tw.errors.InvalidArgumentError, match="attr 'value': tensor frame 0 is not one of "
+                                                             "the message's 0 tensor"):
+        wire.decode_graph_def(const_part, feeds=feeds)  # without the message's tensors
 
 
 def test_a_user_graph_round_trips_and_imports():
@@ -503,7 +527,9 @@ def test_a_user_graph_round_trips_and_imports():
     parts = tw.split(y, 3, axis=1)
     tw.identity(tw.concat([parts[2], parts[0]], axis=1), name="out")
     gd = tw.get_default_graph().as_graph_def()
-    got = wire.decode_graph_def(wire.decode_message(wire.encode_message({"g": wire.encode_graph_def(gd)}))[0]["g"])
+    constants = []
+    header, tensors = wire.decode_message(wire.encode_message({"g": wire.encode_graph_def(gd, constants)}, constants))
+    got = wire.decode_graph_def(header["g"], tensors=tensors)
     g = tw.Graph()
     with g.as_default():
         tw.import_graph_def(got, name="")
@@ -519,7 +545,7 @@ def _gd(*nodes):
 def _const(name, value=1.0):
     return {"name": name, "op": "Const", "input": [], "device": "",
             "attr": {"dtype": {"type": "float32"},
-                     "value": {"tensor": {"dtype": "float32", "shape": [], "data": "AACAPw=="}}}}
+                     "value": {"tensor": {"dtype": "F32", "shape": [], "data": "AACAPw=="}}}}
 
 
 def _add(name, *inputs, **attr):
@@ -562,7 +588,7 @@ def test_graph_def_checks_pass_for_a_good_graph():
     (_gd(_const("a"), _add("c", "a:0", "a:0", alpha={"f": 1.0})), "unknown attr 'alpha' for op Add"),
     (_gd(_const("a"), {"name": "c", "op": "Add", "input": ["a:0", "a:0"]}), "op Add needs attr\\(s\\) \\['T'\\]"),
     (_gd({**_const("a"), "attr": {"dtype": {"type": "float32"},
-                                  "value": {"tensor": {"dtype": "float32", "shape": [2], "data": "AACAPw=="}}}}),
+                                  "value": {"tensor": {"dtype": "F32", "shape": [2], "data": "AACAPw=="}}}}),
      "attr 'value': malformed tensor value"),
     (_gd({**_const("a"), "attr": {"dtype": {"type": "float32"}, "value": {"tensor": "AACAPw=="}}}), "attr 'value'"),
     (_gd({**_const("a"), "attr": []}), "'attr' must be an object"),
@@ -583,7 +609,7 @@ def test_graph_def_attr_kinds_and_runtime_ops():
     sum_node = {"name": "s", "op": "Sum", "input": ["a:0", "i:0"],
                 "attr": {"T": {"type": "float32"}, "Tidx": {"type": "int32"}, "keep_dims": {"b": 1}}}
     i_node = {"name": "i", "op": "Const", "input": [], "attr": {
-        "dtype": {"type": "int32"}, "value": {"tensor": {"dtype": "int32", "shape": [0], "data": ""}}}}
+        "dtype": {"type": "int32"}, "value": {"tensor": {"dtype": "I32", "shape": [0], "data": ""}}}}
     with pytest.raises(tw.errors.InvalidArgumentError, match="attr 'keep_dims': malformed 'b' value 1"):
         wire.decode_graph_def(_gd(_const("a"), i_node, sum_node))
     sum_node["attr"]["keep_dims"] = {"b": True}
@@ -619,10 +645,12 @@ def test_graph_def_deep_attr_nesting_and_encoding_a_graph():
     with pytest.raises(tw.errors.InvalidArgumentError, match="nested too deeply"):
         wire.decode_graph_def(_gd({**_const("a"), "attr": {**_const("a")["attr"], "_deep": deep}}))
     tw.add(tw.constant(1.0, name="one"), 2.0, name="three")
-    enc = wire.encode_graph_def(tw.get_default_graph())  # anything with as_graph_def()/to_graph_def()
-    assert [n["name"] for n in wire.decode_graph_def(enc)["node"]] == ["one", "Const", "three"]
+    constants = []
+    enc = wire.encode_graph_def(tw.get_default_graph(), constants)  # anything with as_graph_def()/to_graph_def()
+    assert [n["name"] for n in wire.decode_graph_def(enc, tensors=constants)["node"]] == ["one", "Const", "three"]
+    assert [t.tolist() for t in constants] == [1.0, 2.0]
     with pytest.raises(tw.errors.InvalidArgumentError, match="control input '\\^gone' names no node"):
-        wire.encode_graph_def(_gd({"name": "n", "op": "NoOp", "input": ["^gone"]}))
+        wire.encode_graph_def(_gd({"name": "n", "op": "NoOp", "input": ["^gone"]}), [])
 
 
 def test_graph_def_node_limit():
@@ -630,3 +658,47 @@ def test_graph_def_node_limit():
     wire.decode_graph_def(gd, max_nodes=3)
     with pytest.raises(tw.errors.ResourceExhaustedError, match="3 nodes, more than the limit of 2"):
         wire.decode_graph_def(gd, max_nodes=2)
+
+
+def test_graph_constants_travel_as_frames_of_every_dtype():
+    consts = {f"c_{dt.name}": (["a", "\u00e9", ""] if dt.is_string else _sample(dt, (3,)))
+              for dt in dtypes.ALL_DTYPES}
+    for name, v in consts.items():
+        tw.constant(v, name=name)
+    gd = tw.get_default_graph().as_graph_def()
+    constants = []
+    header, tensors = wire.decode_message(wire.encode_message({"g": wire.encode_graph_def(gd, constants)}, constants),
+                                          copy=True)
+    assert len(tensors) == len(consts) and "data" not in json.dumps(header)
+    got = wire.decode_graph_def(header["g"], tensors=tensors)
+    assert _json(got) == gd
+    g = tw.Graph()
+    with g.as_default(), tw.Session() as s:
+        tw.import_graph_def(got, name="")
+        for name, v in consts.items():
+            out = s.run(f"{name}:0")
+            want = np.array([x.encode() for x in v], dtype=object) if isinstance(v, list) else v
+            _same(np.asarray(out), want)
+
+
+@pytest.mark.parametrize("ref, match", [
+    ({"frame": 1}, "tensor frame 1 is not one of the message's 1 tensor"),
+    ({"frame": -1}, "tensor frame -1 is not one of"),
+    ({"frame": "0"}, "tensor frame 0 is not one of"),
+    ({"frame": True}, "tensor frame True is not one of"),
+    ({"frame": 0, "dtype": "F32"}, "malformed tensor value"),
+])
+def test_bad_frame_references(ref, match):
+    gd = _gd({**_const("a"), "attr": {"dtype": {"type": "float32"}, "value": {"tensor": ref}}})
+    with pytest.raises(tw.errors.InvalidArgumentError, match="node 'a': attr 'value': " + match):
+        wire.decode_graph_def(gd, tensors=[np.float32(1.0)])
+    with pytest.raises(tw.errors.InvalidArgumentError, match="tensor frame 0 is a dead tensor, not a value"):
+        wire.decode_graph_def(_gd({**_const("a"), "attr": {"dtype": {"type": "float32"},
+                                                           "value": {"tensor": {"frame": 0}}}}), tensors=[DEAD])
+
+
+def test_transfer_nodes_need_their_names():
+    recv = {"name": "_recv_0", "op": "_Recv", "input": [], "attr": {
+        "tensor_name": {"s": ""}, "send_device": {"s": "/cpu:0"}, "recv_device": {"s": "/cpu:1"}}}
+    with pytest.raises(tw.errors.InvalidArgumentError, match="transfer node '_recv_0' needs a non-empty 'tensor_name'"):
+        wire.decode_graph_def(_gd(recv))

@@ -76,7 +76,7 @@ def test_unknown_op_in_graph_def_is_refused():
     ({"node": [{"name": "a", "op": "Identity", "input": ["a:0"], "attr": {"T": {"type": "float32"}}}]}, "cycle"),
     ({"node": [{"name": "c", "op": "Const", "input": [], "attr": {
         "dtype": {"type": "float32"},
-        "value": {"tensor": {"dtype": "float32", "shape": [4], "data": "AAAAAA=="}}}}]}, "do not hold 4 elements"),
+        "value": {"tensor": {"dtype": "F32", "shape": [4], "data": "AAAAAA=="}}}}]}, "do not hold 4 elements"),
     ({"node": [{"name": "c", "op": "Const", "attr": {"dtype": {"kind": 1, "x": 2}}}]}, "malformed attr"),
 ])
 def test_malformed_graph_defs_raise_invalid_argument(gd, match):

@@ -24,7 +24,8 @@ from tensorweave.ops import (
 )
 from tensorweave.plugins import hookimpl
 
-# Op families: each module's ``register_ops`` declares its ops.
+# Op families: each module's ``register_ops`` declares its ops. The runtime's _Send/_Recv
+# (ops/transfer_ops.py) are deliberately not among them: see that module's docstring.
 FAMILIES = (constant_op, array_ops, math_ops, random_ops, state_ops, control_flow_primitives, control_flow_ops,
             nn_ops, training_ops, data_flow_ops, checkpoint_ops, io_ops, accumulator_ops, compression_ops)
 # Gradient modules: ``register_ops`` (helper ops gradients need) and ``register_gradients``.

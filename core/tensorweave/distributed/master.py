@@ -76,13 +76,15 @@ class _RemotePlan(Plan):
         self.tasks = {}
         producer = {}
         for task, plist in by_task.items():
-            partitions, feeds, fetches = [], [], []
+            partitions, feeds, fetches, constants = [], [], [], []
             for dev, p in plist:
                 consumed = {t for op in p.nodes for t in op.inputs if t in fed}
                 feeds += [t for t in self.feeds if t in consumed and t not in feeds]
                 mine = [t for t in self.fetches if t not in fed and placement[t.op] is dev]
                 fetches += [t for t in mine if t not in fetches]
-                partitions.append({"device": dev.name, "graph_def": wire.encode_graph_def(p.to_graph_def()),
+                # The graphs' constants travel as the RegisterGraph message's tensors.
+                gd = wire.encode_graph_def(p.to_graph_def(arrays=True), constants)
+                partitions.append({"device": dev.name, "graph_def": gd,
                                    "loops": {f: [s.parent, s.parallel_iterations] for f, s in p.loops.items()}})
             for i, t in enumerate(fetches):
                 producer[t] = (task, i)
@@ -90,6 +92,7 @@ class _RemotePlan(Plan):
                 "register": {"partitions": partitions, "feeds": [t.name for t in feeds],
                              "fetches": [t.name for t in fetches],
                              "feed_types": {t.name: t.dtype.name for t in feeds}},
+                "constants": constants,
                 "feed_index": [self.feeds.index(t) for t in feeds],
                 "handle": None, "incarnation": None,
             }
@@ -153,7 +156,7 @@ class DistributedSession(Session):
     # --- plans and steps --------------------------------------------------------------------
     def _register(self, plan, task, info, timeout):
         client = self._client(*task)
-        header, _ = client.call("RegisterGraph", info["register"], timeout=timeout)
+        header, _ = client.call("RegisterGraph", info["register"], info["constants"], timeout=timeout)
         info["handle"] = header["handle"]
         # The process that answered: a later restart of the task shows as a new incarnation.
         started = header.get("started", self._incarnations.get(task))

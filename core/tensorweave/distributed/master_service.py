@@ -6,8 +6,9 @@ requests — ``tw.Session("grpc://host:port", config=tw.ConfigProto(use_remote_m
 — useful for thin clients, or clients far from the cluster: one round trip per step to one
 task, which then drives every worker.
 
-Methods: ``CreateSession`` (a full GraphDef; validated against the op registry — the
-server runs only registered ops), ``ExtendSession`` (the graph grew: its new full GraphDef),
+Methods: ``CreateSession`` (a full GraphDef, its constants as the message's tensors;
+validated against the op registry — the server runs only registered ops), ``ExtendSession``
+(the graph grew: its new full GraphDef),
 ``RunStep`` (feeds by tensor name with their values, fetch and target names), and
 ``CloseSession``. Sessions are held per handle and closed by the client, or when the server
 stops.
@@ -50,25 +51,26 @@ class MasterService:
         return {"CreateSession": guarded(self.create_session), "ExtendSession": guarded(self.extend_session),
                 "RunStep": guarded(self.run_step), "CloseSession": guarded(self.close_session)}
 
-    def _graph(self, gd):
-        checked = wire.decode_graph_def(gd, plugins.registry().ops)
+    def _graph(self, gd, constants):
+        checked = wire.decode_graph_def(gd, plugins.registry().ops, tensors=constants)
         g = Graph()
         with g.as_default():
             import_graph_def(checked, name="")
         return g
 
-    def _new_session(self, gd):
+    def _new_session(self, gd, constants):
         srv = self._server
-        return DistributedSession(None, graph=self._graph(gd), cluster=srv.worker.cluster,
+        return DistributedSession(None, graph=self._graph(gd, constants), cluster=srv.worker.cluster,
                                   transport=srv._control.name, security=srv._security)
 
     def create_session(self, payload: bytes) -> bytes:
-        header, _ = wire.decode_message(payload)
+        # The tensors are the graph's constants (wire.encode_graph_def), owned by the graph.
+        header, constants = wire.decode_message(payload, copy=True)
         with self._lock:
             if len(self._sessions) >= MAX_SESSIONS:
                 raise errors.ResourceExhaustedError(
                     f"the master service holds {MAX_SESSIONS} sessions; close some first")
-        sess = self._new_session(header.get("graph_def"))
+        sess = self._new_session(header.get("graph_def"), constants)
         handle = f"master-session-{next(self._ids)}"
         with self._lock:
             self._sessions[handle] = sess
@@ -83,9 +85,9 @@ class MasterService:
         return handle, sess
 
     def extend_session(self, payload: bytes) -> bytes:
-        header, _ = wire.decode_message(payload)
+        header, constants = wire.decode_message(payload, copy=True)
         handle, old = self._lookup(header)
-        new = self._new_session(header.get("graph_def"))
+        new = self._new_session(header.get("graph_def"), constants)
         with self._lock:
             self._sessions[handle] = new
         old.close()
@@ -152,12 +154,13 @@ class RemoteMasterSession(Session):
     def _sync_graph(self):
         if self._version == self._graph._version:
             return
-        gd = graph_to_dict(self._graph)
+        constants = []
+        gd = wire.encode_graph_def(graph_to_dict(self._graph, arrays=True), constants)
         if self._handle is None:
-            header, _ = self._call("CreateSession", {"graph_def": gd})
+            header, _ = self._call("CreateSession", {"graph_def": gd}, constants)
             self._handle = header["session"]
         else:
-            self._call("ExtendSession", {"session": self._handle, "graph_def": gd})
+            self._call("ExtendSession", {"session": self._handle, "graph_def": gd}, constants)
         self._version = self._graph._version
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):

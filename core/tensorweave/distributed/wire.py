@@ -15,11 +15,18 @@ Tensor frame (also the first chunk of a streamed tensor, then its payload in chu
 
     b"TWT1" | u32 header length | UTF-8 JSON {"dtype", "shape", "nbytes", "dead"?} | payload
 
-All integers are little-endian. A numeric payload is the C-order element bytes,
-``nbytes == prod(shape) * itemsize``. A string payload is ``u32 count | count x u64 length |
-the bytes``. A dead tensor (control flow, ``runtime.step.DEAD``) has ``"dead": true`` and
+All integers are little-endian. A tensor's ``dtype``, ``shape``, ``nbytes`` and payload are
+``framework/tensor_codec.py``'s, the one tensor encoding (safetensors dtype names such as
+``"F32"``; a string payload is ``n + 1`` int64 offsets then the bytes); this module only
+frames them. A dead tensor (control flow, ``runtime.step.DEAD``) has ``"dead": true`` and
 no payload. In a message each tensor header is padded with spaces so its payload starts
 16-byte aligned relative to the message start, which keeps zero-copy arrays aligned.
+
+Graphs (``encode_graph_def``/``decode_graph_def``) travel in a message header as
+``framework/serialization.py``'s tagged dicts, their tensor values as frames of the same
+message (``{"tensor": {"frame": i}}``), never as base64 in the header. A received graph is
+checked against the op registry with the OpDef attr checks graph construction uses
+(``op_def.check_attr_value``); ``_Send``/``_Recv`` are defined in ``ops/transfer_ops.py``.
 
 Ownership: ``decode_message``/``decode_response`` return numeric arrays that are read-only
 views of the buffer they were given (zero copy; they keep it alive); pass ``copy=True`` for
@@ -37,16 +44,16 @@ counts, JSON, trailing bytes, unknown ops in a graph). No ``IndexError``, ``stru
 from __future__ import annotations
 
 import json
-import math
 import re
 import struct
 
 import numpy as np
 
 from tensorweave import plugins
-from tensorweave.framework import dtypes, errors
+from tensorweave.framework import dtypes, errors, tensor_codec
 from tensorweave.framework import serialization as _ser
-from tensorweave.framework.op_def import AttrDef, OpRegistry
+from tensorweave.framework.op_def import check_attr_value
+from tensorweave.ops import transfer_ops
 from tensorweave.runtime.step import DEAD
 
 MESSAGE_MAGIC = b"TWM1"
@@ -54,13 +61,13 @@ TENSOR_MAGIC = b"TWT1"
 DEFAULT_MAX_BYTES = 1 << 31          # 2 GiB: larger messages or tensors are refused
 DEFAULT_CHUNK_BYTES = 1 << 20
 MAX_GRAPH_NODES = 1 << 20
-MAX_RANK = 32
+MAX_RANK = tensor_codec.MAX_RANK
 _ALIGN = 16
 
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
-_DTYPE_NAMES = {d.name: d for d in dtypes.ALL_DTYPES}
 _TENSOR_KEYS = frozenset({"dtype", "shape", "nbytes", "dead"})
+_DEAD_DTYPE = tensor_codec.name_of(dtypes.float32)
 
 
 # ----------------------------------------------------------------------------------------
@@ -133,48 +140,11 @@ class _Reader:
 
 
 def _tensor_parts(value, what: str) -> tuple[dict, list]:
-    """(header dict, payload buffers) of one tensor; numeric payloads are views, not copies."""
+    """(header dict, payload buffers) of one tensor (``tensor_codec.encode``); numeric
+    payloads are views, not copies."""
     if value is DEAD:
-        return {"dtype": "float32", "shape": [0], "nbytes": 0, "dead": True}, []
-    if isinstance(value, np.ndarray):
-        arr = value
-    elif isinstance(value, bytes | str):
-        # A fetched scalar string (bytes); np.asarray would make it dtype 'S' and drop trailing NULs.
-        arr = np.array(value, dtype=object)
-    else:
-        arr = np.asarray(value)
-    if arr.dtype.kind in "OSU":
-        return _string_parts(arr, what)
-    try:
-        dt = dtypes.as_dtype(arr.dtype if arr.dtype.isnative else arr.dtype.newbyteorder("="))
-    except errors.InvalidArgumentError:
-        raise errors.InvalidArgumentError(
-            f"{what}: NumPy dtype {arr.dtype} cannot be sent; expected one of {sorted(_DTYPE_NAMES)}") from None
-    want = dt.np_dtype.newbyteorder("<")
-    if arr.dtype != want or not arr.flags.c_contiguous:
-        arr = np.ascontiguousarray(arr, dtype=want)  # one copy, only for odd layouts
-    header = {"dtype": dt.name, "shape": list(arr.shape), "nbytes": arr.nbytes}
-    return header, ([memoryview(arr.reshape(-1).view(np.uint8))] if arr.nbytes else [])
-
-
-def _string_parts(arr: np.ndarray, what: str) -> tuple[dict, list]:
-    items = []
-    for v in arr.reshape(-1):
-        if isinstance(v, bytes):
-            items.append(v)
-        elif isinstance(v, str):
-            items.append(v.encode("utf-8"))
-        elif isinstance(v, bytearray | memoryview | np.bytes_):
-            items.append(bytes(v))
-        else:
-            raise errors.InvalidArgumentError(
-                f"{what}: a string tensor holds bytes or str, got {type(v).__name__} {v!r:.80}")
-    if len(items) >= 1 << 32:
-        raise errors.ResourceExhaustedError(f"{what}: {len(items)} strings exceed the wire limit of 2**32 - 1")
-    lengths = np.fromiter((len(b) for b in items), dtype="<u8", count=len(items))
-    parts = [_U32.pack(len(items)), lengths.tobytes(), *items]
-    nbytes = 4 + 8 * len(items) + int(lengths.sum())
-    return {"dtype": "string", "shape": list(arr.shape), "nbytes": nbytes}, parts
+        return {"dtype": _DEAD_DTYPE, "shape": [0], "nbytes": 0, "dead": True}, []
+    return tensor_codec.encode(value, what)
 
 
 def _tensor_header_bytes(header: dict, frame_at: int | None = None) -> bytes:
@@ -194,16 +164,8 @@ def _check_tensor_header(h, where: str, max_bytes: int | None) -> dict:
     if extra:
         raise errors.InvalidArgumentError(
             f"{where}: unknown header field(s) {sorted(extra)}; expected {sorted(_TENSOR_KEYS)}")
-    name = h.get("dtype")
-    dt = _DTYPE_NAMES.get(name) if isinstance(name, str) else None
-    if dt is None:
-        raise errors.InvalidArgumentError(
-            f"{where}: unknown dtype {name!r}; expected one of {sorted(_DTYPE_NAMES)}")
-    shape = h.get("shape")
-    if (not isinstance(shape, list) or len(shape) > MAX_RANK
-            or not all(type(d) is int and 0 <= d < 1 << 62 for d in shape)):
-        raise errors.InvalidArgumentError(
-            f"{where}: shape must be a list of at most {MAX_RANK} non-negative ints, got {str(shape)[:200]}")
+    dt = tensor_codec.dtype_of(h.get("dtype"), where)
+    shape = tensor_codec.check_shape(h.get("shape"), where)
     nbytes = h.get("nbytes")
     if type(nbytes) is not int or nbytes < 0:
         raise errors.InvalidArgumentError(f"{where}: nbytes must be a non-negative int, got {nbytes!r}")
@@ -213,20 +175,12 @@ def _check_tensor_header(h, where: str, max_bytes: int | None) -> dict:
     if max_bytes is not None and nbytes > max_bytes:
         raise errors.ResourceExhaustedError(
             f"{where}: tensor of {nbytes} bytes exceeds the limit of {max_bytes} bytes")
-    count = math.prod(shape)
     if dead:
         if nbytes:
             raise errors.InvalidArgumentError(f"{where}: a dead tensor carries no bytes, header says {nbytes}")
-    elif dt.is_string:
-        if nbytes < 4 + 8 * count:
-            raise errors.InvalidArgumentError(
-                f"{where}: header byte count {nbytes} cannot hold the {count} string lengths of shape "
-                f"{shape} (needs at least {4 + 8 * count})")
-    elif count * dt.size != nbytes:
-        raise errors.InvalidArgumentError(
-            f"{where}: header byte count {nbytes} does not match shape {shape} of {dt.name} "
-            f"({count} elements x {dt.size} bytes = {count * dt.size} bytes)")
-    return {"dtype": dt.name, "shape": tuple(shape), "nbytes": nbytes, "dead": dead}
+    else:
+        tensor_codec.check_nbytes(dt, shape, nbytes, where)
+    return {"dtype": h["dtype"], "shape": shape, "nbytes": nbytes, "dead": dead}
 
 
 def _read_tensor_header(r: _Reader, where: str, max_bytes: int | None) -> dict:
@@ -240,47 +194,10 @@ def _array_from_payload(h: dict, payload, where: str, copy: bool):
     """The tensor of a checked header ``h`` over ``payload`` (exactly ``h['nbytes']`` bytes)."""
     if h["dead"]:
         return DEAD
-    dt = _DTYPE_NAMES[h["dtype"]]
-    if dt.is_string:
-        return _strings_from_payload(h, payload, where)
-    want = dt.np_dtype.newbyteorder("<")
-    arr = np.frombuffer(payload, dtype=want)
-    if dt.is_bool and arr.size and arr.view(np.uint8).max() > 1:
-        raise errors.InvalidArgumentError(f"{where}: bool tensor holds bytes other than 0 and 1")
-    try:
-        arr = arr.reshape(h["shape"])
-    except ValueError as e:
-        raise errors.InvalidArgumentError(f"{where}: cannot shape the payload as {list(h['shape'])}: {e}") from None
-    if not want.isnative:
-        return arr.astype(dt.np_dtype)
-    if copy:
-        return arr.copy()
-    if arr.flags.writeable:
+    arr = tensor_codec.decode(h["dtype"], h["shape"], payload, where, copy=copy)
+    if not copy and arr.base is not None and arr.flags.writeable and arr.dtype != object:
         arr.flags.writeable = False  # a view of the caller's buffer: not ours to write through
     return arr
-
-
-def _strings_from_payload(h: dict, payload, where: str) -> np.ndarray:
-    mv = _bytes_view(payload, where)
-    r = _Reader(mv, f"{where}: string payload")
-    count = math.prod(h["shape"])
-    n = r.u32("the string count")
-    if n != count:
-        raise errors.InvalidArgumentError(
-            f"{where}: string payload holds {n} strings but shape {list(h['shape'])} has {count} elements")
-    lengths = np.frombuffer(r.take(8 * n, "the string lengths"), dtype="<u8")
-    left = len(mv) - r.pos
-    if n and (int(lengths.max()) > left or int(lengths.sum()) != left):
-        raise errors.InvalidArgumentError(
-            f"{where}: string lengths add up to {int(lengths.sum(dtype=object))} bytes but {left} follow them")
-    if not n and left:
-        raise errors.InvalidArgumentError(f"{where}: {left} stray bytes after an empty string tensor")
-    out = np.empty(n, dtype=object)
-    pos = r.pos
-    for i, ln in enumerate(lengths.tolist()):
-        out[i] = bytes(mv[pos:pos + ln])
-        pos += ln
-    return out.reshape(h["shape"])
 
 
 def decode_tensor_header(data, max_bytes: int | None = DEFAULT_MAX_BYTES) -> tuple[dict, int]:
@@ -307,14 +224,9 @@ class TensorAssembler:
         self.header, self.where = header, where
         self.nbytes = header["nbytes"]
         self.pos = 0
-        dt = _DTYPE_NAMES[header["dtype"]]
-        self._array = None
-        if header["dead"] or dt.is_string:
-            self._raw = bytearray(self.nbytes)
-            self.buffer = memoryview(self._raw)
-        else:
-            self._array = np.empty(header["shape"], dtype=dt.np_dtype.newbyteorder("<"))
-            self.buffer = memoryview(self._array.reshape(-1).view(np.uint8))
+        # NumPy's allocations are aligned for any element type: the array is a view of it.
+        self._raw = np.empty(self.nbytes, dtype=np.uint8)
+        self.buffer = memoryview(self._raw)
 
     def advance(self, n: int) -> None:
         if self.pos + n > self.nbytes:
@@ -334,12 +246,9 @@ class TensorAssembler:
         if self.pos != self.nbytes:
             raise errors.DataLossError(
                 f"{self.where}: the stream ended after {self.pos} of the {self.nbytes} bytes its header announced")
-        if self._array is None:
-            return _array_from_payload(self.header, self.buffer, self.where, copy=False)
-        arr = self._array
-        if arr.dtype == np.bool_ and arr.size and arr.reshape(-1).view(np.uint8).max() > 1:
-            raise errors.InvalidArgumentError(f"{self.where}: bool tensor holds bytes other than 0 and 1")
-        return arr if arr.dtype.isnative else arr.astype(arr.dtype.newbyteorder("="))
+        if self.header["dead"]:
+            return DEAD
+        return tensor_codec.decode(self.header["dtype"], self.header["shape"], self._raw, self.where)
 
 
 def tensor_chunks(arr, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
@@ -353,8 +262,6 @@ def tensor_chunks(arr, chunk_bytes: int = DEFAULT_CHUNK_BYTES):
     if type(chunk_bytes) is not int or chunk_bytes < 1:
         raise errors.InvalidArgumentError(f"chunk_bytes must be a positive int, got {chunk_bytes!r}")
     header, parts = _tensor_parts(arr, "streamed tensor")
-    if header["dtype"] == "string" and len(parts) > 1:
-        parts = [memoryview(b"".join(parts))]  # many small strings: one payload buffer, then sliced
     head = _tensor_header_bytes(header)
 
     def gen():
@@ -521,24 +428,9 @@ def decode_response(data, max_bytes: int | None = DEFAULT_MAX_BYTES, *, copy: bo
 # ----------------------------------------------------------------------------------------
 # Graphs
 
-# Ops the runtime inserts itself (TF's _Send/_Recv); the op registry does not declare them.
-# Their attrs are those ``passes/partition.py`` writes (``_transfer_attrs``); a registered op
-# of the same name takes precedence. ``_RUNTIME_MAX_INPUTS``: the most data inputs each takes.
-_RUNTIME_OPS = OpRegistry()
-_RUNTIME_OPS.source = "tensorweave.distributed.wire"
-_TRANSFER_ATTRS = ["tensor_name: string", "send_device: string", "recv_device: string",
-                   "tensor_type: type = float32", "control: bool = false", "frame_name: string = ''",
-                   "iterations: {'all', 'first', 'later'} = 'all'", "loop_cond_of: string = ''",
-                   "send_device_incarnation: int = 0", "client_terminated: bool = false"]
-_RUNTIME_OPS.op("_Send", attrs=_TRANSFER_ATTRS)
-_RUNTIME_OPS.op("_Recv", outputs=["tensor: tensor_type"], attrs=_TRANSFER_ATTRS)
-_RUNTIME_MAX_INPUTS = {"_Send": 1, "_Recv": 0}
-
 _NODE_NAME_RE = re.compile(r"^[A-Za-z0-9._][A-Za-z0-9_.\-/>]*$")
 _NODE_KEYS = frozenset({"name", "op", "input", "device", "attr", "output_shapes"})
 _MAX_NAME = 4096
-_KIND_OF = {"type": "type", "int": "i", "float": "f", "bool": "b", "string": "s", "shape": "shape",
-            "tensor": "tensor"}
 
 
 def _ops_of(registry):
@@ -547,98 +439,76 @@ def _ops_of(registry):
     return getattr(registry, "ops", registry)
 
 
-def _check_attr(where: str, a, v):
-    """Check one tagged attr value ``v`` against the declared AttrDef ``a`` (None: any kind)."""
-    if not isinstance(v, dict) or len(v) != 1:
-        raise errors.InvalidArgumentError(f"{where}: expected one tagged value like {{\"i\": 3}}, got {str(v)[:200]}")
-    (kind, x), = v.items()
-    t = a.type if a is not None else "any"
-    if kind == "none":  # an attr whose default is None (or an undeclared "_" attr) may be unset
-        if x is not True or (a is not None and not (a.has_default and a.default is None)):
-            raise errors.InvalidArgumentError(f"{where}: no value (\"none\") is not allowed here")
-        return
-    if t.startswith("list("):
-        if kind != "list" or not isinstance(x, list):
-            raise errors.InvalidArgumentError(f"{where}: expected a list ({t}), got kind {kind!r}")
-        inner = AttrDef(a.name, t[5:-1], allowed=a.allowed)
-        for i, e in enumerate(x):
-            _check_attr(f"{where}[{i}]", inner, e)
-        if a.minimum is not None and len(x) < a.minimum:
-            raise errors.InvalidArgumentError(f"{where}: needs at least {a.minimum} elements, got {len(x)}")
-        return
-    if t in ("any", "func"):
-        if kind not in ("type", "i", "f", "b", "s", "shape", "tensor", "list"):
-            raise errors.InvalidArgumentError(f"{where}: unknown attr kind {kind!r}")
-    elif _KIND_OF.get(t) != kind:
-        raise errors.InvalidArgumentError(f"{where}: declared {t}, so expected kind {_KIND_OF.get(t)!r}, got {kind!r}")
-    bad = errors.InvalidArgumentError(f"{where}: malformed {kind!r} value {str(x)[:200]}")
-    if kind == "type":
-        dt = _DTYPE_NAMES.get(x) if isinstance(x, str) else None
-        if dt is None:
-            raise errors.InvalidArgumentError(f"{where}: unknown dtype {x!r}")
-        if a is not None and a.allowed is not None and dt not in a.allowed:
-            raise errors.InvalidArgumentError(
-                f"{where}: dtype {dt.name} is not allowed; expected one of {sorted(d.name for d in a.allowed)}")
-    elif kind == "i":
-        if type(x) is not int:
-            raise bad
-        if a is not None and a.minimum is not None and x < a.minimum:
-            raise errors.InvalidArgumentError(f"{where}: must be >= {a.minimum}, got {x}")
-    elif kind == "f":
-        if not (type(x) in (int, float) or x in ("nan", "inf", "-inf")):
-            raise bad
-    elif kind == "b":
-        if type(x) is not bool:
-            raise bad
-    elif kind == "s":
-        if not isinstance(x, str):
-            raise bad
-        if a is not None and a.allowed is not None and x not in a.allowed:
-            raise errors.InvalidArgumentError(f"{where}: {x!r} is not one of {sorted(a.allowed)}")
-    elif kind == "shape":
-        if x is not None and not (isinstance(x, list) and len(x) <= 255
-                                  and all(d is None or (type(d) is int and d >= 0) for d in x)):
-            raise bad
-    elif kind == "tensor":
-        try:
-            _ser.decode_tensor(x)
-        except errors.InvalidArgumentError as e:
-            raise errors.InvalidArgumentError(f"{where}: {e.message}") from None
-        except (AttributeError, OverflowError, MemoryError):
-            raise bad from None
-    elif kind == "list":
-        if not isinstance(x, list):
-            raise bad
-        for i, e in enumerate(x):
-            _check_attr(f"{where}[{i}]", None, e)
-
-
-def _arg_count(arg, attrs: dict, op_def) -> int | None:
-    """How many flat tensors ``arg`` stands for, from the node's attrs (None: not known)."""
+def _arg_count(arg, values: dict, op_def) -> int | None:
+    """How many flat tensors ``arg`` stands for, from the node's decoded attrs (None: not known)."""
     if arg.number_attr:
-        v = attrs.get(arg.number_attr)
-        if isinstance(v, dict) and type(v.get("i")) is int:
-            return v["i"]
+        v = values.get(arg.number_attr)
+        if type(v) is int:
+            return v
         d = op_def.attrs.get(arg.number_attr)
         return d.default if d is not None and type(d.default) is int else None
     if arg.type_list_attr:
-        v = attrs.get(arg.type_list_attr)
-        return len(v["list"]) if isinstance(v, dict) and isinstance(v.get("list"), list) else None
+        v = values.get(arg.type_list_attr)
+        return len(v) if isinstance(v, list) else None
     return 1
 
 
-def _flat_count(args, attrs, op_def) -> int | None:
+def _flat_count(args, values, op_def) -> int | None:
     total = 0
     for arg in args:
-        n = _arg_count(arg, attrs, op_def)
+        n = _arg_count(arg, values, op_def)
         if n is None:
             return None
         total += n
     return total
 
 
-def _validate_graph_def(obj, ops, feeds=(), max_nodes: int = MAX_GRAPH_NODES) -> dict:
-    """The checks of ``decode_graph_def``; ``ops=None`` checks structure only (no registry)."""
+class _Frames:
+    """The tensor side of a graph def on the wire: a tensor attr is ``{"tensor": {"frame": i}}``,
+    tensor ``i`` of the message that carries the graph; a tensor in the JSON form
+    (``serialization.decode_tensor``) is read as well, for graphs a client built by hand."""
+
+    def __init__(self, tensors):
+        self.tensors = tensors
+
+    def decode(self, d):
+        if not (isinstance(d, dict) and set(d) == {"frame"}):
+            return _ser.decode_tensor(d)
+        i = d["frame"]
+        if type(i) is not int or not 0 <= i < len(self.tensors):
+            raise errors.InvalidArgumentError(
+                f"tensor frame {str(i)[:50]} is not one of the message's {len(self.tensors)} tensor(s)")
+        t = self.tensors[i]
+        if not isinstance(t, np.ndarray):
+            raise errors.InvalidArgumentError(f"tensor frame {i} is {'a dead tensor' if t is DEAD else type(t).__name__}, "
+                                              "not a value")
+        return t
+
+    def encode(self, arr) -> dict:
+        self.tensors.append(arr)
+        return {"frame": len(self.tensors) - 1}
+
+
+def _attr_value(where: str, op: str, node: str, a, v, decode_tensor):
+    """Decode the tagged attr ``v`` (its tag checked against the declared AttrDef ``a``; None: an
+    undeclared ``_`` attr, or no registry) and check it with the OpDef checks ``apply_op`` uses."""
+    try:
+        value = _ser.decode_attr(v, a.type if a is not None else None, decode_tensor)
+    except errors.InvalidArgumentError as e:
+        raise errors.InvalidArgumentError(f"{where}: {e.message}") from None
+    if a is None:
+        return value
+    if value is None:  # "none": only where the attr's default is None
+        if not (a.has_default and a.default is None):
+            raise errors.InvalidArgumentError(f"{where}: no value (\"none\") is not allowed here")
+        return value
+    check_attr_value(op, node, a, value, where=where)
+    return value
+
+
+def _validate_graph_def(obj, ops, feeds, max_nodes: int, decode_tensor, encode_tensor) -> dict:
+    """The checks of ``decode_graph_def``; ``ops=None`` checks structure only (no registry).
+    Tensor attr values are read with ``decode_tensor`` and written with ``encode_tensor``."""
     if not isinstance(obj, dict):
         raise errors.InvalidArgumentError(f"graph def must be a JSON object, got {type(obj).__name__}")
     extra = set(obj) - {"versions", "node"}
@@ -673,12 +543,12 @@ def _validate_graph_def(obj, ops, feeds=(), max_nodes: int = MAX_GRAPH_NODES) ->
         op = n.get("op")
         if not isinstance(op, str) or not op:
             raise errors.InvalidArgumentError(f"{where}: 'op' must be a non-empty string, got {op!r}")
-        op_def = None
+        op_def, transfer = None, False
         if ops is not None:
             if op in ops:
                 op_def = ops.get(op)
-            elif op in _RUNTIME_OPS:
-                op_def = _RUNTIME_OPS.get(op)
+            elif op in transfer_ops.RUNTIME_OPS:
+                op_def, transfer = transfer_ops.RUNTIME_OPS.get(op), True
             else:
                 raise errors.InvalidArgumentError(
                     f"{where}: op {op!r} is not registered in this process (is the plugin that "
@@ -692,6 +562,7 @@ def _validate_graph_def(obj, ops, feeds=(), max_nodes: int = MAX_GRAPH_NODES) ->
         attrs = n.get("attr", {})
         if not isinstance(attrs, dict):
             raise errors.InvalidArgumentError(f"{where}: 'attr' must be an object")
+        values, out_attrs = {}, {}
         for k, v in attrs.items():
             a = None
             if op_def is not None and not k.startswith("_"):
@@ -699,13 +570,16 @@ def _validate_graph_def(obj, ops, feeds=(), max_nodes: int = MAX_GRAPH_NODES) ->
                 if a is None:
                     raise errors.InvalidArgumentError(
                         f"{where}: unknown attr {k!r} for op {op}; {op} has {sorted(op_def.attrs)}")
-            _check_attr(f"{where}: attr {k!r}", a, v)
+            values[k] = _attr_value(f"{where}: attr {k!r}", op, name, a, v, decode_tensor)
+            out_attrs[k] = _ser.encode_attr(values[k], encode_tensor)
         if op_def is not None:
             # GraphDefs carry every attr (inferred and defaulted ones too): required ones must be there.
             missing = [a.name for a in op_def.attrs.values() if not a.has_default and a.name not in attrs]
             if missing:
                 raise errors.InvalidArgumentError(f"{where}: op {op} needs attr(s) {missing}")
-        node = {"name": name, "op": op, "input": list(inputs), "device": device, "attr": dict(attrs)}
+            if transfer:
+                transfer_ops.decode_attrs(out_attrs, name)  # checks what its op definition cannot say
+        node = {"name": name, "op": op, "input": list(inputs), "device": device, "attr": out_attrs}
         if "output_shapes" in n:
             shapes = n["output_shapes"]
             if not isinstance(shapes, list) or not all(
@@ -713,11 +587,11 @@ def _validate_graph_def(obj, ops, feeds=(), max_nodes: int = MAX_GRAPH_NODES) ->
                     for s in shapes):
                 raise errors.InvalidArgumentError(f"{where}: malformed 'output_shapes'")
             node["output_shapes"] = list(shapes)
-        by_name[name] = (node, op_def)
+        by_name[name] = (node, op_def, values, transfer)
         out_nodes.append(node)
     # Pass 2: edges refer to nodes of this graph (or to fed tensors) and to outputs they have.
     for node in out_nodes:
-        name, op_def = node["name"], by_name[node["name"]][1]
+        name, (_, op_def, values, transfer) = node["name"], by_name[node["name"]]
         where = f"node {name!r}"
         n_data, seen_control = 0, False
         for s in node["input"]:
@@ -737,37 +611,44 @@ def _validate_graph_def(obj, ops, feeds=(), max_nodes: int = MAX_GRAPH_NODES) ->
                 if s in feeds:
                     continue
                 raise errors.InvalidArgumentError(f"{where}: input {s!r} names no node of this graph")
-            src_node, src_def = by_name[src]
+            src_node, src_def, src_values, _ = by_name[src]
             if src_def is not None:
-                n_out = _flat_count(src_def.outputs, src_node["attr"], src_def)
+                n_out = _flat_count(src_def.outputs, src_values, src_def)
                 if n_out is not None and int(idx) >= n_out:
                     raise errors.InvalidArgumentError(
                         f"{where}: input {s!r} refers to output {idx} of {src_node['op']} node {src!r}, "
                         f"which has {n_out} output(s)")
         if op_def is not None:
-            if node["op"] in _RUNTIME_MAX_INPUTS and node["op"] not in (ops or ()):
-                if n_data > _RUNTIME_MAX_INPUTS[node["op"]]:
+            if transfer:
+                most = transfer_ops.MAX_DATA_INPUTS[node["op"]]
+                if n_data > most:
                     raise errors.InvalidArgumentError(
-                        f"{where}: {node['op']} takes at most {_RUNTIME_MAX_INPUTS[node['op']]} data input(s), got {n_data}")
+                        f"{where}: {node['op']} takes at most {most} data input(s), got {n_data}")
             else:
-                want = _flat_count(op_def.inputs, node["attr"], op_def)
+                want = _flat_count(op_def.inputs, values, op_def)
                 if want is not None and want != n_data:
                     raise errors.InvalidArgumentError(
                         f"{where}: op {node['op']} takes {want} data input(s), got {n_data}")
     return {"versions": {"producer": versions["producer"]}, "node": out_nodes}
 
 
-def encode_graph_def(gd) -> dict:
-    """A partition's GraphDef (a dict, or anything with ``to_graph_def()``/``as_graph_def()``)
-    as a checked JSON-safe dict for a message header (the structure is checked here, the ops
-    by the receiver's ``decode_graph_def``)."""
+def encode_graph_def(gd, tensors: list) -> dict:
+    """A GraphDef for a message header; its tensor values are appended to ``tensors``, the
+    message's tensor list, and travel as frames (``{"tensor": {"frame": i}}``).
+
+    ``gd`` is a dict — tensor values as arrays (``to_graph_def(arrays=True)``, no
+    base64 on the way) or in the JSON form — or anything with ``to_graph_def()`` or
+    ``as_graph_def()``. Its structure and attr tags are checked here; the ops, by the
+    receiver's ``decode_graph_def``.
+    """
     if not isinstance(gd, dict):
         for m in ("to_graph_def", "as_graph_def"):
             if hasattr(gd, m):
                 gd = getattr(gd, m)()
                 break
+    frames = _Frames(tensors)
     try:
-        return _validate_graph_def(gd, None, feeds=_AnyFeed())
+        return _validate_graph_def(gd, None, _AnyFeed(), MAX_GRAPH_NODES, _ser.decode_tensor, frames.encode)
     except RecursionError:
         raise errors.InvalidArgumentError("graph def attr values are nested too deeply") from None
 
@@ -782,18 +663,24 @@ class _AnyFeed:
         return iter(())
 
 
-def decode_graph_def(obj, registry=None, *, feeds=(), max_nodes: int = MAX_GRAPH_NODES) -> dict:
+def decode_graph_def(obj, registry=None, *, feeds=(), tensors=(), max_nodes: int = MAX_GRAPH_NODES) -> dict:
     """Validate a received GraphDef against the op registry and return it normalised.
 
     ``registry``: ``plugins.registry()`` or its ``.ops`` (default: this process's). Every node
-    must use a registered op (or the runtime's ``_Send``/``_Recv``), with a valid unique name,
-    declared attrs of their declared kinds, inputs ``"node:index"``/``"^node"`` naming nodes of
-    this graph (or a tensor name in ``feeds``, for a partition fed by the client) and existing
-    outputs, and the op's number of inputs. At most ``max_nodes`` nodes.
+    must use a registered op (or the runtime's ``_Send``/``_Recv``, ``ops/transfer_ops.py``),
+    with a valid unique name, declared attrs of their declared kinds passing the op's attr
+    checks (``op_def.check_attr_value``, as at graph construction), inputs
+    ``"node:index"``/``"^node"`` naming nodes of this graph (or a tensor name in ``feeds``,
+    for a partition fed by the client) and existing outputs, and the op's number of inputs.
+    At most ``max_nodes`` nodes. ``tensors``: the tensors of the message that carried it,
+    which its frame references (``encode_graph_def``) name; tensor values come back as those
+    arrays (the in-memory form ``import_graph_def`` takes), so decode the message with
+    ``copy=True`` when the graph outlives its buffer.
     """
     if isinstance(feeds, str):
         feeds = (feeds,)
     try:
-        return _validate_graph_def(obj, _ops_of(registry), feeds=frozenset(feeds), max_nodes=max_nodes)
+        return _validate_graph_def(obj, _ops_of(registry), frozenset(feeds), max_nodes,
+                                   _Frames(tensors).decode, _ser.keep_array)
     except RecursionError:  # attr values nested deeper than Python's stack
         raise errors.InvalidArgumentError("graph def attr values are nested too deeply") from None

@@ -33,7 +33,7 @@ from tensorweave.framework import dtypes, errors
 from tensorweave.framework.device_spec import DeviceSpec
 from tensorweave.framework.graph import Graph
 from tensorweave.framework.importer import import_graph_def
-from tensorweave.framework.serialization import decode_attr
+from tensorweave.ops import transfer_ops
 from tensorweave.passes.partition import LoopSpec, Transfer
 from tensorweave.runtime.config import ConfigProto
 from tensorweave.runtime.containers import SessionResources
@@ -244,7 +244,9 @@ class Worker:
         return wire.encode_response({})
 
     def register_graph(self, payload: bytes) -> bytes:
-        header, _ = wire.decode_message(payload, self.max_message_bytes)
+        # The tensors are the graphs' constants (wire.encode_graph_def): owned copies, as
+        # the graphs outlive this message.
+        header, constants = wire.decode_message(payload, self.max_message_bytes, copy=True)
         parts = header.get("partitions")
         if not isinstance(parts, list) or not parts:
             raise errors.InvalidArgumentError("RegisterGraph: 'partitions' must be a non-empty list")
@@ -263,8 +265,8 @@ class Worker:
                 raise errors.InvalidArgumentError(
                     f"RegisterGraph: device {p.get('device')!r} is not on this task ({self.prefix}); "
                     f"it has {sorted(self._by_name)}")
-            cp, feeds, fetches = self._compile(device, p.get("graph_def"), feed_names, feed_types, fetch_names,
-                                               _loops(p.get("loops", {})), reg)
+            cp, feeds, fetches = self._compile(device, p.get("graph_def"), constants, feed_names, feed_types,
+                                               fetch_names, _loops(p.get("loops", {})), reg)
             compiled.append(cp)
             feed_index.append([feed_names.index(f) for f in feeds])
             for j, f in enumerate(fetches):
@@ -277,26 +279,26 @@ class Worker:
                                            [produced[f] for f in fetch_names])
         return wire.encode_response({"handle": handle, "started": self.started})
 
-    def _compile(self, device, gd, feed_names, feed_types, fetch_names, loops, reg):
+    def _compile(self, device, gd, constants, feed_names, feed_types, fetch_names, loops, reg):
         """Rebuild one partition from its GraphDef: its ``_Recv`` nodes become placeholders
         the executor fills from the rendezvous, its ``_Send`` nodes Transfers."""
         # Validated against the op registry (plus the runtime's _Send/_Recv) before anything
         # else reads it: a worker runs only registered ops.
         try:
-            checked = wire.decode_graph_def(gd, reg.ops, feeds=feed_names)
+            checked = wire.decode_graph_def(gd, reg.ops, feeds=feed_names, tensors=constants)
         except errors.InvalidArgumentError as e:
             raise errors.InvalidArgumentError(f"RegisterGraph: the graph_def for {device.name}: {e.message}") from None
         nodes, recvs, sends = [], [], []
         for n in checked["node"]:
-            if n["op"] == "_Recv":
-                attrs = _transfer_attrs(n, decode_attr)
-                recvs.append((n["name"], attrs))
-                if attrs.get("control"):
+            if n["op"] == transfer_ops.RECV:
+                a = transfer_ops.decode_attrs(n["attr"], n["name"])  # wire checked them
+                recvs.append((n["name"], a))
+                if a.control:
                     nodes.append({"name": n["name"], "op": "NoOp", "input": [], "attr": {}})
                 else:
                     nodes.append({"name": n["name"], "op": "Placeholder", "input": [],
-                                  "attr": {"dtype": {"type": attrs["tensor_type"].name}, "shape": {"shape": None}}})
-            elif n["op"] == "_Send":
+                                  "attr": {"dtype": {"type": a.tensor_type.name}, "shape": {"shape": None}}})
+            elif n["op"] == transfer_ops.SEND:
                 sends.append(n)
             else:
                 nodes.append(n)
@@ -315,35 +317,30 @@ class Worker:
         with g.as_default():
             import_graph_def({"node": nodes}, name="")
         by = g.get_operation_by_name
-        transfer_ops = set()
+        transfer_nodes = set()
         recv_transfers = []
         for name, a in recvs:
             op = by(name)
-            transfer_ops.add(op)
-            src = self.device(a["send_device"])
-            tr = Transfer(None if a.get("control") else op.outputs[0], src, device,
-                          control_op=op if a.get("control") else None, frame=a.get("frame_name", ""),
-                          cond_of=a.get("loop_cond_of") or None, iterations=a.get("iterations", "all"),
-                          key_name=a["tensor_name"])
-            recv_transfers.append(tr)
+            transfer_nodes.add(op)
+            recv_transfers.append(Transfer.from_attrs(a, None if a.control else op.outputs[0],
+                                                      self.device(a.send_device), device,
+                                                      control_op=op if a.control else None))
         send_transfers = []
         for n in sends:
-            a = _transfer_attrs(n, decode_attr)
+            a = transfer_ops.decode_attrs(n["attr"], n["name"])
             if len(n["input"]) != 1:
                 raise errors.InvalidArgumentError(f"RegisterGraph: _Send node {n['name']!r} needs exactly one input")
             inp = n["input"][0]  # wire checked it names a node of this graph
-            dst = self.device(a["recv_device"])
+            dst = self.device(a.recv_device)
             if inp.startswith("^"):
-                tr = Transfer(None, device, dst, control_op=by(inp[1:]))
+                tr = Transfer.from_attrs(a, None, device, dst, control_op=by(inp[1:]))
             else:
-                tr = Transfer(g.as_graph_element(inp), device, dst)
-            tr.frame, tr.iterations = a.get("frame_name", ""), a.get("iterations", "all")
-            tr.cond_of, tr.key_name = a.get("loop_cond_of") or None, a["tensor_name"]
+                tr = Transfer.from_attrs(a, g.as_graph_element(inp), device, dst)
             send_transfers.append(tr)
         feeds = [f for f in feed_names if f.rsplit(":", 1)[0] in present]
         feed_tensors = [g.as_graph_element(f) for f in feeds]
         feed_ops = {t.op for t in feed_tensors}
-        exec_nodes = [op for op in g.get_operations() if op not in transfer_ops and op not in feed_ops]
+        exec_nodes = [op for op in g.get_operations() if op not in transfer_nodes and op not in feed_ops]
         fetches = [f for f in fetch_names if f.rsplit(":", 1)[0] in present]
         cp = CompiledPartition(exec_nodes, feed_tensors, [g.as_graph_element(f) for f in fetches], device,
                                reg.kernels, self.resources, self.kernel_cache, None,
@@ -449,17 +446,6 @@ class Worker:
             rv.abort(errors.CancelledError(f"worker {self.prefix} is shutting down"))
         self._pool.shutdown(wait=False)
         self._pull_pool.shutdown(wait=False)
-
-
-def _transfer_attrs(n: dict, decode_attr) -> dict:
-    """The attrs of a ``_Send``/``_Recv`` node that ``wire.decode_graph_def`` has checked (kinds,
-    required names, allowed values; see passes/partition._transfer_attrs); only emptiness is
-    left to refuse."""
-    a = {k: decode_attr(v) for k, v in n.get("attr", {}).items()}
-    for k in ("tensor_name", "send_device", "recv_device"):
-        if not a.get(k):
-            raise errors.InvalidArgumentError(f"RegisterGraph: transfer node {n['name']!r} needs a non-empty {k!r}")
-    return a
 
 
 def _step_id(header: dict, method: str) -> int:

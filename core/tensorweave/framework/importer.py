@@ -1,5 +1,5 @@
-"""Importing a GraphDef (``framework/serialization.py``'s dict form) into a graph:
-``tw.import_graph_def`` and ``tw.Graph.from_graph_def``.
+"""Importing a GraphDef (``framework/serialization.py``'s dict form, tensor values in the
+JSON or the in-memory form) into a graph: ``tw.import_graph_def`` and ``tw.Graph.from_graph_def``.
 
 Importing only ever creates ops that are registered, through ``apply_op`` (attrs checked, shapes
 inferred, as when a program builds them); nothing in a GraphDef is evaluated as code. Loops
@@ -81,7 +81,7 @@ def import_graph_def(graph_def: dict, input_map=None, return_elements=None, name
                         data_inputs.append(op.outputs[int(idx)])
                     except (ValueError, IndexError):
                         raise errors.InvalidArgumentError(f"node {nm!r}: bad input reference {inp!r}") from None
-            attrs = {k: decode_attr(v) for k, v in (n.get("attr") or {}).items()}
+            attrs = _decode_attrs(nm, n.get("attr") or {})
             if None in data_inputs:  # a loop Merge: its Enter input stands in for the back edge
                 stand_in = next((t for t in data_inputs if t is not None), None)
                 if stand_in is None:
@@ -106,6 +106,19 @@ def import_graph_def(graph_def: dict, input_map=None, return_elements=None, name
             out.append(created[src].outputs[int(idx)])
         else:
             out.append(created[r])
+    return out
+
+
+def _decode_attrs(nm, attrs) -> dict:
+    """A node's tagged attrs as values (``apply_op`` then checks them against the op)."""
+    if not isinstance(attrs, dict):
+        raise errors.InvalidArgumentError(f"node {nm!r}: 'attr' must be an object")
+    out = {}
+    for k, v in attrs.items():
+        try:
+            out[k] = decode_attr(v)
+        except errors.InvalidArgumentError as e:
+            raise errors.InvalidArgumentError(f"node {nm!r}: attr {k!r}: {e.message}") from None
     return out
 
 

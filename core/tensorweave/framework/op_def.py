@@ -274,9 +274,14 @@ class OpRegistry(Registry):
         return sorted(self._entries)
 
 
-def check_attr_value(op_type: str, node: str, a: AttrDef, value):
-    """Validate and normalise one attr value; raise InvalidArgumentError naming the node."""
-    where = f"attr {a.name!r} of {op_type} node {node!r}"
+def check_attr_value(op_type: str, node: str, a: AttrDef, value, where: str | None = None):
+    """Validate and normalise one attr value; raise InvalidArgumentError naming the node.
+
+    The one set of attr checks: ``apply_op`` runs them when a node is built, and
+    ``distributed/wire.py`` on every attr of a received GraphDef (``where`` overrides how
+    the message names the attr there).
+    """
+    where = where or f"attr {a.name!r} of {op_type} node {node!r}"
 
     def bad(expected):
         return errors.InvalidArgumentError(f"{where}: expected {expected}, got {value!r} ({type(value).__name__})")
@@ -323,7 +328,7 @@ def check_attr_value(op_type: str, node: str, a: AttrDef, value):
         if not isinstance(value, list | tuple):
             raise bad(f"a {t}")
         inner = AttrDef(a.name, t[5:-1], allowed=a.allowed)
-        out = [check_attr_value(op_type, node, inner, v) for v in value]
+        out = [check_attr_value(op_type, node, inner, v, where) for v in value]
         if a.minimum is not None and len(out) < a.minimum:
             raise errors.InvalidArgumentError(f"{where}: needs at least {a.minimum} elements")
         return out

@@ -9,15 +9,17 @@ that consumes one is fed directly.
 Partitions reference the user's Operations (nothing is added to the user's graph); the
 executor compiles Send/Recv steps from the transfers, and ``Partition.to_graph_def``
 writes a partition as a GraphDef with explicit ``_Send``/``_Recv`` nodes for the
-distributed runtime.
+distributed runtime (their definitions and attrs: ``ops/transfer_ops.py``; a worker rebuilds
+each ``Transfer`` from them with ``Transfer.from_attrs``).
 """
 
 from __future__ import annotations
 
 import dataclasses
 
-from tensorweave.framework import errors
-from tensorweave.framework.serialization import node_to_dict
+from tensorweave.framework import dtypes, errors
+from tensorweave.framework.serialization import GRAPH_DEF_VERSION, node_to_dict
+from tensorweave.ops import transfer_ops
 
 
 @dataclasses.dataclass(eq=False)
@@ -50,6 +52,20 @@ class Transfer:
     def key(self) -> str:
         return f"{self.src.name};{self.dst.name};{self.name}"
 
+    def attrs(self) -> transfer_ops.TransferAttrs:
+        """What this transfer's ``_Send``/``_Recv`` nodes say: enough for a worker to rebuild it."""
+        return transfer_ops.TransferAttrs(
+            tensor_name=self.name, send_device=self.src.name, recv_device=self.dst.name,
+            tensor_type=self.tensor.dtype if self.tensor is not None else dtypes.float32,
+            control=self.tensor is None, frame_name=self.frame, iterations=self.iterations,
+            loop_cond_of=self.cond_of or "")
+
+    @classmethod
+    def from_attrs(cls, a: transfer_ops.TransferAttrs, tensor, src, dst, control_op=None) -> Transfer:
+        """The transfer a worker rebuilds from a ``_Send``/``_Recv`` node's attrs ``a``."""
+        return cls(tensor, src, dst, control_op, frame=a.frame_name, cond_of=a.loop_cond_of or None,
+                   iterations=a.iterations, key_name=a.tensor_name)
+
 
 @dataclasses.dataclass
 class LoopSpec:
@@ -67,17 +83,18 @@ class Partition:
     sends: list = dataclasses.field(default_factory=list)   # Transfers leaving from here
     loops: dict = dataclasses.field(default_factory=dict)   # frame name -> LoopSpec (driven here)
 
-    def to_graph_def(self) -> dict:
-        """This partition as a GraphDef: its nodes plus ``_Send``/``_Recv`` nodes."""
+    def to_graph_def(self, arrays: bool = False) -> dict:
+        """This partition as a GraphDef: its nodes plus ``_Send``/``_Recv`` nodes (``arrays``:
+        tensor values as ndarrays, the in-memory form the wire sends as frames)."""
         recv_name = {}
         out = []
         for r in self.recvs:
             name = f"_recv_{len(recv_name)}"
             recv_name[(r.tensor if r.tensor is not None else r.control_op)] = name
-            out.append({"name": name, "op": "_Recv", "input": ["^" + w.name for w in r.wait_for],
-                        "device": self.device.name, "attr": _transfer_attrs(r)})
+            out.append({"name": name, "op": transfer_ops.RECV, "input": ["^" + w.name for w in r.wait_for],
+                        "device": self.device.name, "attr": transfer_ops.encode_attrs(r.attrs())})
         for op in self.nodes:
-            d = node_to_dict(op)
+            d = node_to_dict(op, arrays)
             inputs = []
             for t in op.inputs:
                 inputs.append(f"{recv_name[t]}:0" if t in recv_name else t.name)
@@ -88,19 +105,10 @@ class Partition:
             out.append(d)
         for i, s in enumerate(self.sends):
             src = s.tensor.name if s.tensor is not None else None
-            out.append({"name": f"_send_{i}", "op": "_Send",
+            out.append({"name": f"_send_{i}", "op": transfer_ops.SEND,
                         "input": [src] if src else ["^" + s.control_op.name], "device": self.device.name,
-                        "attr": _transfer_attrs(s)})
-        return {"versions": {"producer": 1}, "node": out}
-
-
-def _transfer_attrs(tr: Transfer) -> dict:
-    """A Transfer as the attrs of its ``_Send``/``_Recv`` node: enough for a worker to rebuild it."""
-    return {"tensor_name": {"s": tr.name}, "send_device": {"s": tr.src.name},
-            "recv_device": {"s": tr.dst.name}, "control": {"b": tr.tensor is None},
-            "tensor_type": {"type": tr.tensor.dtype.name if tr.tensor is not None else "float32"},
-            "frame_name": {"s": tr.frame}, "iterations": {"s": tr.iterations},
-            "loop_cond_of": {"s": tr.cond_of or ""}}
+                        "attr": transfer_ops.encode_attrs(s.attrs())})
+        return {"versions": {"producer": GRAPH_DEF_VERSION}, "node": out}
 
 
 def control_flow_frames(nodes, feeds=()) -> tuple[dict, dict]:

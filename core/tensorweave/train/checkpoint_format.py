@@ -9,15 +9,17 @@ A checkpoint with prefix ``P`` is two files:
 * ``P.index.json`` — variables with their tensorweave dtypes and shapes, the global step,
   the tensorweave and format versions and a CRC-32 per stored tensor.
 
-Dtypes safetensors has are stored as themselves (``F16 F32 F64 I8 I16 I32 I64 U8 U16 U32
-U64 BOOL``). The others are encoded, and the encoding is recorded as JSON in
-``__metadata__["tensorweave.encodings"]``:
+Tensor bytes and dtype names are ``framework/tensor_codec.py``'s, the one tensor encoding:
+dtypes safetensors has are stored as themselves (``F16 F32 F64 I8 I16 I32 I64 U8 U16 U32
+U64 BOOL``). The others are stored so that other tools can read them, and the tensorweave
+dtype is recorded as JSON in ``__metadata__["tensorweave.encodings"]``:
 
-* ``complex64``/``complex128``: the real-pair view, an ``F32``/``F64`` tensor of shape
-  ``shape + [2]`` (real, imaginary) under the variable's own name;
-* ``string``: the concatenated bytes as a ``U8`` tensor under the variable's name, plus an
-  ``I64`` tensor of ``n + 1`` offsets (element ``i`` is ``blob[off[i]:off[i+1]]``, in
-  row-major order) under a companion name recorded in the encoding.
+* ``complex64``/``complex128``: the codec's bytes labelled as real pairs, an ``F32``/``F64``
+  tensor of shape ``shape + [2]`` (real, imaginary) under the variable's own name;
+* ``string``: the codec's two parts, the concatenated bytes as a ``U8`` tensor under the
+  variable's name and the ``n + 1`` ``I64`` offsets (element ``i`` is
+  ``blob[off[i]:off[i+1]]``, in row-major order) under a companion name recorded in the
+  encoding.
 
 The data file alone is self-describing (its metadata repeats the global step, versions and
 a per-save id), so the index is a convenience and the *commit marker*: both files are
@@ -44,7 +46,7 @@ import zlib
 
 import numpy as np
 
-from tensorweave.framework import dtypes, errors
+from tensorweave.framework import dtypes, errors, tensor_codec
 
 FORMAT_VERSION = 1
 DATA_SUFFIX = ".safetensors"
@@ -56,21 +58,9 @@ MAX_HEADER_BYTES = 100_000_000
 # conversion beyond one chunk, and so a test can slow a save down (``_after_chunk``).
 CHUNK_BYTES = 8 << 20
 
-_ST_OF = {
-    "float16": "F16", "float32": "F32", "float64": "F64",
-    "int8": "I8", "int16": "I16", "int32": "I32", "int64": "I64",
-    "uint8": "U8", "uint16": "U16", "uint32": "U32", "uint64": "U64", "bool": "BOOL",
-}
-_NP_OF_ST = {
-    "F16": "<f2", "F32": "<f4", "F64": "<f8", "I8": "i1", "I16": "<i2", "I32": "<i4", "I64": "<i8",
-    "U8": "u1", "U16": "<u2", "U32": "<u4", "U64": "<u8", "BOOL": "?",
-    "BF16": "<u2",  # read as raw bits and widened to float32 (tensorweave has no bfloat16)
-    "C64": "<c8",   # accepted on read, in case a writer stores complex64 natively
-}
-_ITEMSIZE = {"F16": 2, "F32": 4, "F64": 8, "I8": 1, "I16": 2, "I32": 4, "I64": 8, "U8": 1, "U16": 2,
-             "U32": 4, "U64": 8, "BOOL": 1, "BF16": 2, "C64": 8, "F8_E4M3": 1, "F8_E5M2": 1}
-_TW_OF_ST = {v: k for k, v in _ST_OF.items()}
-_TW_OF_ST.update({"BF16": "float32", "C64": "complex64"})
+# Complex tensors are stored as real pairs (labelled with safetensors' real dtypes, which
+# every loader knows): the codec's bytes of complex64 are those of float32 pairs.
+_PAIRS_OF = {"C64": "F32", "C128": "F64"}
 
 
 def _after_chunk():
@@ -120,40 +110,24 @@ def _as_array(value, dtype=None):
 
 
 def _encode(name: str, value, dtype, taken: set):
-    """The stored parts of one tensor: [(stored name, safetensors dtype, shape, ndarray)]
+    """The stored parts of one tensor: [(stored name, safetensors dtype, shape, byte view)]
     and its encoding entry (None for a dtype safetensors has)."""
     arr, dt = _as_array(value, dtype)
-    shape = [int(d) for d in arr.shape]
-    if dt.name in _ST_OF:
-        st = _ST_OF[dt.name]
-        return [(name, st, shape, np.ascontiguousarray(arr, dtype=np.dtype(_NP_OF_ST[st])))], None, dt
-    if dt.is_complex:
-        real = np.dtype("<f4" if dt is dtypes.complex64 else "<f8")
-        # flatten first: a 0-d array cannot change its item size in a view
-        flat = np.ascontiguousarray(arr.reshape(-1), dtype=arr.dtype.newbyteorder("<"))
-        pairs = flat.view(real).reshape(shape + [2])
-        return ([(name, "F32" if dt is dtypes.complex64 else "F64", shape + [2], pairs)],
-                {"dtype": dt.name, "shape": shape}, dt)
-    # strings: one U8 blob plus n + 1 int64 offsets
-    flat = arr.reshape(-1)
-    items = []
-    for v in flat:
-        if isinstance(v, str):
-            v = v.encode()
-        elif not isinstance(v, bytes | bytearray | np.bytes_):
-            raise errors.InvalidArgumentError(
-                f"string tensor '{name}' holds a {type(v).__name__} ({v!r}); expected bytes or str")
-        items.append(bytes(v))
-    offsets = np.zeros(len(items) + 1, dtype="<i8")
-    if items:
-        np.cumsum([len(b) for b in items], out=offsets[1:])
-    blob = np.frombuffer(b"".join(items), dtype=np.uint8)
-    companion = name + ":offsets"
-    while companion in taken:
-        companion += "_"
-    taken.add(companion)
-    return ([(name, "U8", [int(blob.size)], blob), (companion, "I64", [len(items) + 1], offsets)],
-            {"dtype": "string", "shape": shape, "offsets": companion}, dt)
+    if dt.is_string and arr.dtype.kind not in "OSU":
+        arr = arr.astype(object)  # the codec names what is not bytes or str
+    fields, parts = tensor_codec.encode(arr, f"tensor '{name}'")
+    st, shape = fields["dtype"], fields["shape"]
+    if dt.is_string:
+        offsets, blob = parts
+        companion = name + ":offsets"
+        while companion in taken:
+            companion += "_"
+        taken.add(companion)
+        return ([(name, "U8", [len(blob)], blob), (companion, "I64", [len(offsets) // 8], offsets)],
+                {"dtype": "string", "shape": shape, "offsets": companion}, dt)
+    if st in _PAIRS_OF:
+        return [(name, _PAIRS_OF[st], shape + [2], parts[0])], {"dtype": dt.name, "shape": shape}, dt
+    return [(name, st, shape, parts[0])], None, dt
 
 
 def _fsync_dir(directory: str) -> None:
@@ -193,8 +167,7 @@ def atomic_write_bytes(path, data: bytes) -> None:
 
 
 def _write_parts(f, parts, crcs: dict) -> None:
-    for stored, _st, _shape, arr in parts:
-        raw = memoryview(arr.reshape(-1).view(np.uint8)) if arr.size else memoryview(b"")
+    for stored, _st, _shape, raw in parts:
         crc = 0
         for i in range(0, len(raw), CHUNK_BYTES):
             chunk = raw[i:i + CHUNK_BYTES]
@@ -220,16 +193,16 @@ def _layout(names, values, dtypes_list):
         if enc is not None:
             encodings[name] = enc
         variables[name] = {"dtype": dt.name, "shape": [int(d) for d in np.shape(values[i])]}
-    parts.sort(key=lambda p: -_ITEMSIZE[p[1]])  # stable: keeps the caller's order per size
+    parts.sort(key=lambda p: -tensor_codec.itemsize(p[1]))  # stable: keeps the caller's order per size
     return parts, encodings, variables
 
 
 def _header_bytes(parts, metadata: dict) -> bytes:
     header = {"__metadata__": metadata} if metadata else {}
     off = 0
-    for stored, st, shape, arr in parts:
-        header[stored] = {"dtype": st, "shape": shape, "data_offsets": [off, off + arr.nbytes]}
-        off += arr.nbytes
+    for stored, st, shape, raw in parts:
+        header[stored] = {"dtype": st, "shape": shape, "data_offsets": [off, off + len(raw)]}
+        off += len(raw)
     raw = json.dumps(header, separators=(",", ":")).encode()
     raw += b" " * (-(8 + len(raw)) % 8)  # data starts 8-byte aligned; spaces are allowed
     return struct.pack("<Q", len(raw)) + raw
@@ -252,7 +225,7 @@ def _write_data(path, names, values, dtypes_list, metadata) -> tuple[dict, dict,
     with _atomic_file(path) as f:
         f.write(head)
         _write_parts(f, parts, crcs)
-    return variables, crcs, len(head) + sum(p[3].nbytes for p in parts)
+    return variables, crcs, len(head) + sum(len(p[3]) for p in parts)
 
 
 def _after_data_rename():
@@ -353,9 +326,10 @@ class SafetensorsFile:
             if not isinstance(st, str) or any(d < 0 for d in shape) or b < 0 or end < b:
                 raise self._lost(f"tensor '{name}' has a bad dtype {st!r}, shape {shape} or offsets {[b, end]}")
             # dtypes newer than this reader (F4, F6, ...) are listed but not size-checked
-            if st in _ITEMSIZE and int(np.prod(shape, dtype=np.int64)) * _ITEMSIZE[st] != end - b:
+            item = tensor_codec.itemsize(st)
+            if item is not None and int(np.prod(shape, dtype=np.int64)) * item != end - b:
                 raise self._lost(f"tensor '{name}' of dtype {st} and shape {shape} needs "
-                                 f"{int(np.prod(shape, dtype=np.int64)) * _ITEMSIZE[st]} bytes but its "
+                                 f"{int(np.prod(shape, dtype=np.int64)) * item} bytes but its "
                                  f"offsets {[b, end]} give {end - b}")
             entries[name] = (st, shape, b, end)
         pos = 0
@@ -391,14 +365,11 @@ class SafetensorsFile:
         """The stored tensor as a native-endian array, independent of the file (decoded from
         ``raw``, its bytes, when already read)."""
         st, shape, _b, _e = self.entries[name]
-        if st not in _NP_OF_ST:
+        if tensor_codec.read_dtype(st) is None:
             raise errors.UnimplementedError(
                 f"tensor '{name}' in {self.path} has dtype {st}, which tensorweave cannot represent")
-        dt = np.dtype(_NP_OF_ST[st])
-        arr = (self.raw(name) if raw is None else raw).view(dt).reshape(shape)
-        if st == "BF16":
-            return (arr.astype(np.uint32) << 16).view(np.float32)
-        return arr if dt.isnative else arr.astype(dt.newbyteorder("="))
+        return tensor_codec.decode(st, tuple(shape), self.raw(name) if raw is None else raw,
+                                   f"tensor '{name}' in {self.path}", error=errors.DataLossError)
 
     def close(self) -> None:
         self._file.close()
@@ -491,10 +462,11 @@ class CheckpointReader:
         if enc is not None:
             return dtypes.as_dtype(enc["dtype"])
         st = self.file.entries[name][0]
-        if st not in _TW_OF_ST:
+        dt = tensor_codec.read_dtype(st)
+        if dt is None:
             raise errors.UnimplementedError(f"tensor '{name}' in {self.path} has dtype {st}, which tensorweave "
                                             "cannot represent")
-        return dtypes.as_dtype(_TW_OF_ST[st])
+        return dt
 
     def shape(self, name: str) -> list:
         self._require(name)
@@ -525,24 +497,14 @@ class CheckpointReader:
         if enc is None:
             return self.file.array(name, raw)
         try:
-            kind, shape = enc["dtype"], [int(d) for d in enc["shape"]]
+            kind, shape = enc["dtype"], tuple(int(d) for d in enc["shape"])
+            where = f"{kind} tensor '{name}' in {self.path}"
             if kind in ("complex64", "complex128"):
-                pairs = np.ascontiguousarray(self.file.array(name, raw)).reshape(-1)
-                return pairs.view(np.dtype(kind)).reshape(shape)
+                return tensor_codec.decode(tensor_codec.name_of(kind), shape, raw, where, error=errors.DataLossError)
             if kind == "string":
                 comp = enc["offsets"]
                 offsets = self.file.array(comp, self._read(comp))
-                blob = raw.tobytes()
-                n = int(np.prod(shape, dtype=np.int64))
-                if offsets.shape != (n + 1,) or (n + 1 and (offsets[0] != 0 or offsets[-1] != len(blob))) \
-                        or np.any(np.diff(offsets) < 0):
-                    raise errors.DataLossError(
-                        f"string tensor '{name}' in {self.path}: its offsets do not describe its {len(blob)} bytes")
-                out = np.empty(n, dtype=object)
-                o = offsets.tolist()
-                for i in range(n):
-                    out[i] = blob[o[i]:o[i + 1]]
-                return out.reshape(shape)
+                return tensor_codec.decode_strings(offsets, raw, shape, where, error=errors.DataLossError)
         except (KeyError, TypeError, ValueError) as e:
             raise errors.DataLossError(f"tensor '{name}' in {self.path}: bad encoding {enc!r} ({e})") from None
         raise errors.UnimplementedError(f"tensor '{name}' in {self.path} uses unknown encoding {kind!r}")
