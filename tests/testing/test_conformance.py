@@ -62,9 +62,11 @@ def test_fake_accelerator_matches_cpu_and_lacks_the_stateful_ops(tmp_path):
     assert r["ops_checked"] >= 110 and r["ops_failed"] == []
     assert f"{r['ops_checked']} ops checked, 0 failed" in out
     # the fake device wraps the stateless CPU kernels only
-    # the fake device holds variables (Variable/Assign/AssignAdd); other stateful ops stay on CPU
+    # the fake device holds variables (the core's variable kernels run on every device type);
+    # other stateful ops stay on CPU
     assert STATEFUL <= cpu_stateful_ops()
-    assert set(r["missing"]) == (cpu_stateful_ops() - {"Variable", "Assign", "AssignAdd"}) | {"Placeholder"}
+    variables = {"Variable", "Assign", "AssignAdd", "AssignSub", "IsVariableInitialized"}
+    assert set(r["missing"]) == (cpu_stateful_ops() - variables) | {"Placeholder"}
     assert f"missing on FAKE compared with CPU ({len(r['missing'])}):" in out
 
 
@@ -111,8 +113,10 @@ def test_a_broken_kernel_is_reported_as_a_failure_naming_the_op(tmp_path):
     r = json.loads(report.read_text())
     assert r["ops_failed"] == ["Neg"]
     assert "failed: Neg" in out
-    # 9 wrapped ops + TimesThree + the fake device's Variable/Assign/AssignAdd
-    assert f"{r['ops_checked']} ops checked, 1 failed" in out and r["ops_checked"] == 13
+    # 7 wrapped ops + TimesThree + the core's kernels for every device type: Identity, Reshape,
+    # StopGradient, ExpandDims, Squeeze, Shape, Size, Rank and Variable, Assign, AssignAdd,
+    # AssignSub, IsVariableInitialized
+    assert f"{r['ops_checked']} ops checked, 1 failed" in out and r["ops_checked"] == 21
     assert "FAILED tensorweave-conformance[FAKE]::Neg[float32]" in out
     assert "Neg (float32, values) on FAKE differs from the CPU reference:" in out
     assert "Neg[grad-float32]" in r["failed_checks"]            # Neg's gradient is a Neg on FAKE

@@ -3,13 +3,15 @@ device, or host-side resources."""
 
 from __future__ import annotations
 
-from tensorweave.kernels import accumulators, control_flow, data_flow, readers, stacks
+from tensorweave.kernels import accumulators, control_flow, data_flow, readers, shapes, stacks, state
 from tensorweave.plugins import hookimpl
 
 
 @hookimpl
 def tensorweave_register_kernels(registry):
-    control_flow.register_kernels(registry)
+    # The same on every device type ("*"): control flow, variables, shape-only kernels.
+    for module in (control_flow, state, shapes):
+        module.register_kernels(registry)
     # Host-side resources (queues, readers, per-step stacks, gradient accumulators): host
     # data structures the CPU device of every task runs, whatever device plugins are installed.
     for module in (data_flow, readers, stacks, accumulators):

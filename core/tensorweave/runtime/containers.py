@@ -40,6 +40,26 @@ class VariableStore:
                 + "; run its initializer first, e.g. sess.run(tw.global_variables_initializer())")
         return v
 
+    def read_on(self, device):
+        """The value as a tensor of ``device``, for kernels that read the store themselves
+        (updates): a value another device wrote is copied over, and a host value (``assign``)
+        is put on the device. Raises like ``read`` when the variable is uninitialised."""
+        v = self.value
+        src = self.device
+        if src is device and v is not None:
+            return v
+        if v is None:
+            return self.read()
+        if src is None:
+            # Written from the host, or by a kernel whose device is not recorded yet (the
+            # executor records it when the kernel returns): only a host array needs a copy.
+            if device.host_tensors or not isinstance(v, np.ndarray | np.generic):
+                return v
+            return device.to_device(v)
+        if src.name == device.name or (src.host_tensors and device.host_tensors):
+            return v  # the same device (another Session's object for it), or host memory on both
+        return device.copy_from(v, src)
+
     def assign(self, value, validate_shape: bool = True):
         value = np.asarray(value) if not isinstance(value, np.ndarray) else value
         if value.dtype != self.dtype.np_dtype and not (self.dtype.is_string and value.dtype == object):

@@ -1,4 +1,5 @@
-"""Device, Allocator and DeviceFactory: the interfaces a device plugin implements.
+"""Device and DeviceFactory: the interfaces a device plugin implements (its allocator's
+contract is ``runtime/allocator.py``; ``Allocator`` is importable from here too).
 
 A ``Device`` has a full name (``/job:localhost/replica:0/task:0/device:CPU:0``), a type, an
 allocator, and moves data between host and device. Device tensors are opaque to the core: it
@@ -7,62 +8,14 @@ only passes them between kernels of the same device and asks the device to copy 
 
 from __future__ import annotations
 
-import threading
+from typing import Protocol
 
 import numpy as np
 
 from tensorweave import plugins
 from tensorweave.framework import errors
 from tensorweave.framework.device_spec import DeviceSpec
-
-
-class Allocator:
-    """Hands out device buffers and keeps statistics. Subclasses implement allocate/free;
-    the statistics are kept here so every allocator reports the same way."""
-
-    name = "base"
-
-    def __init__(self, device_name: str = "", memory_limit: int | None = None):
-        self.device_name = device_name
-        self.memory_limit = memory_limit
-        # Re-entrant: a free triggered by garbage collection may run on a thread that is
-        # already inside _note_alloc.
-        self._lock = threading.RLock()
-        self.bytes_in_use = 0
-        self.peak_bytes_in_use = 0
-        self.num_allocs = 0
-        self.largest_alloc_size = 0
-
-    def _note_alloc(self, nbytes: int) -> None:
-        with self._lock:
-            if self.memory_limit is not None and self.bytes_in_use + nbytes > self.memory_limit:
-                raise errors.ResourceExhaustedError(
-                    f"out of memory on {self.device_name}: asked for {nbytes} bytes with "
-                    f"{self.bytes_in_use} of {self.memory_limit} bytes in use")
-            self.bytes_in_use += nbytes
-            self.num_allocs += 1
-            if self.bytes_in_use > self.peak_bytes_in_use:
-                self.peak_bytes_in_use = self.bytes_in_use
-            if nbytes > self.largest_alloc_size:
-                self.largest_alloc_size = nbytes
-
-    def _note_free(self, nbytes: int) -> None:
-        with self._lock:
-            self.bytes_in_use -= nbytes
-
-    def reset_peak(self) -> None:
-        with self._lock:
-            self.peak_bytes_in_use = self.bytes_in_use
-
-    def stats(self) -> dict:
-        return {
-            "allocator": self.name, "bytes_in_use": self.bytes_in_use,
-            "peak_bytes_in_use": self.peak_bytes_in_use, "num_allocs": self.num_allocs,
-            "largest_alloc_size": self.largest_alloc_size, "bytes_limit": self.memory_limit,
-        }
-
-    def track(self, value) -> None:
-        """Account for a buffer a kernel produced (released when its last reference goes)."""
+from tensorweave.runtime.allocator import Allocator  # also imported from here by plugins
 
 
 class Device:
@@ -140,3 +93,32 @@ def create_local_devices(config=None, name_prefix: str = LOCAL_PREFIX) -> list[D
             "no devices are available: no device plugin is installed or enabled. "
             "Install one, e.g. `pip install tensorweave-cpu`, and see `tensorweave plugins`.")
     return out
+
+
+class DeviceTensor(Protocol):
+    """What the core may ask of a device's tensor; everything else about it (buffers,
+    pointers, streams) is the device's own. A NumPy array satisfies it.
+
+    The kernels the core owns for every device type (``tensorweave.kernels``: variables,
+    Identity, Reshape, Shape, ...) see tensors only through this, plus ``Device.to_device``
+    for the small results they make on the host (a Shape's value).
+
+    - ``shape``: a tuple of ints; ``dtype``: a NumPy dtype.
+    - ``reshape(shape)``: the same elements, in row-major order, with another shape (a
+      sequence of ints with as many elements: the caller has inferred any -1 and checked
+      the size), as a new handle on the same memory: no copy, no device work (NumPy copies
+      a non-contiguous array, which immutability makes harmless).
+
+    Tensors are immutable: no kernel writes into a tensor it did not just create. So
+    handles may share memory, a kernel may return its input (Identity), and a tensor may be
+    kept across steps (a variable's value, a node's cached Shape result).
+
+    Every device type holds tensors of bool, float32, float64, int32 and int64 (its
+    ``to_device`` accepts them): the core's kernels are registered for every device type
+    (``"*"``) for those dtypes (``tensorweave.kernels.EVERY_DEVICE_DTYPES``).
+    """
+
+    shape: tuple[int, ...]
+    dtype: np.dtype
+
+    def reshape(self, shape) -> DeviceTensor: ...

@@ -5,9 +5,10 @@ shows up (a kernel handed a raw ndarray fails).
 ``register_fake_devices(count=2, speed=1.0, ops=None)`` registers, at run time, a device
 factory for ``count`` FAKE devices and FAKE kernels for the stateless ops that have CPU
 kernels (or only ``ops``). ``speed`` is reported to the cost model as a relative compute
-speed, and ``memory_limit`` caps each device's allocator. Variables with Assign/AssignAdd
-live on FAKE devices as FakeTensors; other stateful ops (random, optimizers) get no FAKE
-kernel and stay on the CPU.
+speed, and ``memory_limit`` caps each device's allocator. The core's kernels for every
+device type (``tensorweave.kernels``: variables, the shape-only kernels) run on FAKE as on
+any device, for every dtype the CPU holds: variables live on FAKE devices as FakeTensors.
+Other stateful ops (random, optimizers) get no FAKE kernel and stay on the CPU.
 """
 
 from __future__ import annotations
@@ -15,7 +16,8 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave import plugins
-from tensorweave.framework import errors
+from tensorweave.framework import dtypes, errors
+from tensorweave.kernels import shapes, state
 from tensorweave.runtime.device import Allocator, Device, DeviceFactory
 
 
@@ -33,6 +35,9 @@ class FakeTensor:
     @property
     def dtype(self):
         return self.array.dtype
+
+    def reshape(self, shape):
+        return FakeTensor(self.array.reshape(shape), self.device)
 
     def __repr__(self):
         return f"FakeTensor({self.array!r} on {self.device})"
@@ -115,48 +120,24 @@ class _FakePlugin:
     @plugins.hookimpl
     def tensorweave_register_kernels(self, registry):
         reg = plugins.registry()
-        for (op_type, dt), kd in list(registry.items()):
+        kernels = list(registry.items())
+        everywhere = {op_type for (op_type, dt), _ in kernels if dt == "*"}
+        for (op_type, dt), kd in kernels:
             if dt != "CPU" or kd.is_async or kd.takes_context:
                 continue
             op_def = reg.ops.get(op_type) if op_type in reg.ops else None
             if op_def is None or op_def.stateful or any(a.is_ref for a in op_def.inputs) or op_def.outputs_ref:
                 continue
+            if op_type in everywhere:
+                continue  # the core's kernel for every device type serves FAKE too
             if self.ops is not None and op_type not in self.ops:
                 continue
             if op_type in ("Placeholder",):
                 continue
             registry.register(op_type, "FAKE", factory=_wrap(kd.factory, op_type),
                               constraints=dict(kd.constraints) or None, priority=kd.priority, override=True)
-        _fake_state_kernels(registry)
-
-
-def _fake_state_kernels(registry):
-    """Variables on FAKE devices: the store holds FakeTensors, as an accelerator's would."""
-    def variable(ctx):
-        return ctx.resources.state_for_op(ctx.op).read
-
-    def assign(ctx):
-        store = ctx.ref_input(0)
-
-        def compute(value):
-            store.value = value
-            return value
-        return compute
-
-    def assign_add(ctx):
-        store, dev = ctx.ref_input(0), ctx.device.name
-
-        def compute(delta):
-            cur = store.read()
-            if not isinstance(cur, FakeTensor) or not isinstance(delta, FakeTensor):
-                raise errors.InternalError(f"AssignAdd on {dev} got a host value: a transfer is missing")
-            store.value = FakeTensor(cur.array + delta.array, dev)
-            return store.value
-        return compute
-
-    registry.register("Variable", "FAKE", factory=variable, override=True)
-    registry.register("Assign", "FAKE", factory=assign, override=True)
-    registry.register("AssignAdd", "FAKE", factory=assign_add, override=True)
+        for core in (state, shapes):
+            core.register_kernels(registry, "FAKE", dtypes.ALL_DTYPES)
 
 
 def register_fake_devices(count=2, speed=1.0, memory_limit=None, ops=None) -> FakeDeviceFactory:

@@ -1,50 +1,37 @@
-"""Allocators of GPU memory: ``default`` (one driver allocation per buffer) and ``pool``
-(size-class bins of freed buffers, reused without going back to the driver).
+"""Allocators of GPU memory: ``default`` (one driver allocation per buffer) and ``pool`` (the
+core's size-class cache of freed buffers, reused without going back to the driver).
 
-Both keep the core's statistics (``bytes_in_use``, ``peak_bytes_in_use``, ...) and enforce
-``memory_limit``: an allocation over the limit, or one the driver refuses, raises
-``ResourceExhaustedError`` naming the device, the bytes asked for and the bytes in use.
+This module is only the device contract of ``tensorweave/runtime/allocator.py``: driver
+allocations (a refusal is out of memory, reported with what the device has free), frees,
+blocking copies, and ``Buffer`` blocks that carry their device pointer. Accounting, the
+memory limit, block lifetimes and pooling are the core's.
 
 Reuse is safe without waiting because all work on a device goes to its one stream in issue
 order: work that used a freed buffer was issued before the free, so it runs before any work
 that gets the buffer next. Returning memory to the driver is different (``cuMemFree`` of a
-buffer a queued kernel still reads is not allowed), so ``default`` frees in batches once an
-event recorded after the batch has completed, and the pool synchronizes before it trims.
+buffer a queued kernel still reads is not allowed), so ``_free`` frees in batches once an
+event recorded after the batch has completed, and when the driver refuses an allocation
+``_reclaim`` synchronizes the stream and frees every batch before the one retry.
 """
 
 from __future__ import annotations
 
-import threading
-
-from tensorweave.framework import errors
-from tensorweave.runtime.device import Allocator
+from tensorweave.runtime.allocator import BlockAllocator, PoolAllocator
+from tensorweave.runtime.allocator import size_class as size_class  # the pool's size classes, re-exported
 from tensorweave_cuda.driver import OutOfMemory
 from tensorweave_cuda.tensor import Buffer
 
-MIN_CLASS = 512
 
-
-def size_class(nbytes: int) -> int:
-    """The pool's bin for ``nbytes``: multiples of 512 up to 2 KiB, then four classes per
-    power of two (p, 1.25p, 1.5p, 1.75p), so at most 25% of a block is slack."""
-    if nbytes <= 4 * MIN_CLASS:
-        return max(MIN_CLASS, -(-nbytes // MIN_CLASS) * MIN_CLASS)
-    p = 1 << (nbytes.bit_length() - 1)
-    step = p // 4
-    return -(-nbytes // step) * step
-
-
-class CUDAAllocator(Allocator):
+class CUDAAllocator(BlockAllocator):
     """One driver allocation per buffer; frees are batched behind an event."""
 
     name = "default"
+    block_type = Buffer
 
     def __init__(self, device_name: str, driver, memory_limit: int | None = None):
         super().__init__(device_name, memory_limit)
         self.driver = driver
-        # The same thread may free (a handle's last reference dropped) while inside another
-        # method of this allocator: re-entrant.
-        self._mutex = threading.RLock()
+        # Touched only under the allocator's lock (from _alloc, _free and _reclaim).
         self._pending: list = []          # freed handles not yet covered by an event
         self._batches: list = []          # (event, [handles]) waiting for the event
 
@@ -52,143 +39,69 @@ class CUDAAllocator(Allocator):
     def for_device(cls, device):
         return cls(device.name, device.driver, device.memory_limit)
 
-    # -- the Allocator API -------------------------------------------------------------------
     def allocate(self, nbytes: int) -> Buffer | None:
         """A buffer of ``nbytes`` (None for 0 bytes: nothing to allocate)."""
         if nbytes <= 0:
             return None
-        self._note_alloc(nbytes)  # raises ResourceExhaustedError over the limit
-        try:
-            handle = self._obtain(nbytes)
-        except BaseException:
-            self._note_free(nbytes)
-            raise
-        return Buffer(self.driver.pointer(handle), nbytes, self, handle)
-
-    def free(self, handle, nbytes: int) -> None:
-        self._note_free(nbytes)
-        with self._mutex:
-            self._pending.append(handle)
-
-    def track(self, value) -> None:
-        """Buffers are counted when allocated; nothing to do for a kernel's outputs."""
+        return self.alloc(nbytes)
 
     def stats(self) -> dict:
         s = super().stats()
         s["device"] = self.device_name
         return s
 
-    # -- driver memory -----------------------------------------------------------------------
-    def _obtain(self, nbytes: int):
+    # -- the device contract -------------------------------------------------------------
+    def _block(self, raw, nbytes: int, size: int) -> Buffer:
+        return Buffer(raw, nbytes, size, self._returns, self.driver.pointer(raw))
+
+    def _alloc(self, nbytes: int):
         self._release_completed()
         try:
             return self.driver.mem_alloc(nbytes)
-        except OutOfMemory:
-            pass
-        self._release_all()
-        try:
-            return self.driver.mem_alloc(nbytes)
         except OutOfMemory as e:
-            raise self._oom(nbytes, e) from None
+            raise MemoryError(f"{e}{self._device_memory()}") from None
 
-    def _release_completed(self) -> None:
-        with self._mutex:
-            if self._pending:
-                self._batches.append((self.driver.record(), self._pending))
-                self._pending = []
-            done = []
-            while self._batches and self.driver.event_done(self._batches[0][0]):
-                done.extend(self._batches.pop(0)[1])
-        for h in done:
-            self.driver.mem_free(h)
+    def _free(self, raw, nbytes: int) -> None:
+        self._pending.append(raw)
 
-    def _release_all(self) -> None:
+    def _reclaim(self) -> None:
         """Give every freed buffer back to the driver (waits for the stream)."""
         self.driver.synchronize()
-        with self._mutex:
-            handles = self._pending + [h for _, hs in self._batches for h in hs]
-            self._pending, self._batches = [], []
+        handles = self._pending + [h for _, hs in self._batches for h in hs]
+        self._pending, self._batches = [], []
         for h in handles:
             self.driver.mem_free(h)
 
-    def _oom(self, nbytes: int, cause) -> errors.ResourceExhaustedError:
+    def _copyin(self, raw, src) -> None:
+        drv = self.driver
+        with drv.activate():
+            drv.htod(drv.pointer(raw), src)
+            drv.event_sync(drv.record())
+
+    def _copyout(self, dst, raw) -> None:
+        drv = self.driver
+        with drv.activate():
+            drv.dtoh(dst, drv.pointer(raw))
+            drv.event_sync(drv.record())
+
+    # -----------------------------------------------------------------------------------
+    def _release_completed(self) -> None:
+        """Free the batches whose event has passed; cover the pending frees by a new event."""
+        if self._pending:
+            self._batches.append((self.driver.record(), self._pending))
+            self._pending = []
+        while self._batches and self.driver.event_done(self._batches[0][0]):
+            for h in self._batches.pop(0)[1]:
+                self.driver.mem_free(h)
+
+    def _device_memory(self) -> str:
         try:
             free, total = self.driver.mem_get_info()
-            dev = f"; the device has {free} of {total} bytes free"
-        except Exception:  # noqa: BLE001
-            dev = ""
-        return errors.ResourceExhaustedError(
-            f"out of memory on {self.device_name}: asked for {nbytes} bytes with {self.bytes_in_use} "
-            f"bytes in use by the {self.name!r} allocator{dev} ({cause})")
+        except Exception:  # noqa: BLE001 - only detail for the message
+            return ""
+        return f"; the device has {free} of {total} bytes free"
 
 
-class CUDAPoolAllocator(CUDAAllocator):
-    """Freed buffers wait in size-class bins and are handed out again (stream-ordered reuse).
-
-    ``bytes_in_use`` counts size classes (the memory held for live buffers); the cached bytes
-    are reported as ``bytes_cached``. When the limit or the driver would refuse a new block,
-    the cache is returned to the driver first.
-    """
-
-    name = "pool"
-
-    def __init__(self, device_name: str, driver, memory_limit: int | None = None):
-        super().__init__(device_name, driver, memory_limit)
-        self._bins: dict[int, list] = {}
-        self.bytes_cached = 0
-        self.cache_hits = 0
-
-    def allocate(self, nbytes: int) -> Buffer | None:
-        if nbytes <= 0:
-            return None
-        cls = size_class(nbytes)
-        self._note_alloc(cls)
-        try:
-            handle = self._take(cls)
-        except BaseException:
-            self._note_free(cls)
-            raise
-        return Buffer(self.driver.pointer(handle), nbytes, self, handle)
-
-    def free(self, handle, nbytes: int) -> None:
-        cls = size_class(nbytes)
-        self._note_free(cls)
-        with self._mutex:
-            self._bins.setdefault(cls, []).append(handle)
-            self.bytes_cached += cls
-
-    def _take(self, cls: int):
-        with self._mutex:
-            bin_ = self._bins.get(cls)
-            if bin_:
-                self.bytes_cached -= cls
-                self.cache_hits += 1
-                return bin_.pop()
-        lim = self.memory_limit
-        if lim is not None and self.bytes_in_use + self.bytes_cached > lim:
-            self.empty_cache()
-        try:
-            return self.driver.mem_alloc(cls)
-        except OutOfMemory:
-            pass
-        self.empty_cache()
-        try:
-            return self.driver.mem_alloc(cls)
-        except OutOfMemory as e:
-            raise self._oom(cls, e) from None
-
-    def empty_cache(self) -> None:
-        """Return every cached block to the driver (after the stream has drained)."""
-        self.driver.synchronize()
-        with self._mutex:
-            handles = [h for hs in self._bins.values() for h in hs]
-            self._bins = {}
-            self.bytes_cached = 0
-        for h in handles:
-            self.driver.mem_free(h)
-
-    def stats(self) -> dict:
-        s = super().stats()
-        s["bytes_cached"] = self.bytes_cached
-        s["cache_hits"] = self.cache_hits
-        return s
+class CUDAPoolAllocator(PoolAllocator, CUDAAllocator):
+    """Freed buffers wait in the core's size-class bins and are handed out again
+    (stream-ordered reuse)."""

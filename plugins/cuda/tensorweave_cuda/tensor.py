@@ -16,28 +16,22 @@ import threading
 
 import numpy as np
 
+from tensorweave.runtime.allocator import Block
+
 HOST_BYTES = 1024
 
 
-class Buffer:
-    """One allocation. Freed through its allocator when no handle refers to it."""
+class Buffer(Block):
+    """One allocation (the core's ``Block``: returned to its allocator when no handle refers
+    to it); ``ptr`` is its device address, ``handle`` the driver's allocation."""
 
-    __slots__ = ("ptr", "nbytes", "allocator", "handle", "__weakref__")
+    __slots__ = ("ptr", "__weakref__")
+    # The same slot under the driver's name for it.
+    handle = Block.raw
 
-    def __init__(self, ptr: int, nbytes: int, allocator, handle):
+    def __init__(self, raw, nbytes: int, size: int, returns, ptr: int):
+        super().__init__(raw, nbytes, size, returns)
         self.ptr = ptr
-        self.nbytes = nbytes
-        self.allocator = allocator
-        self.handle = handle
-
-    def __del__(self):
-        alloc = self.allocator
-        if alloc is not None:
-            self.allocator = None
-            try:
-                alloc.free(self.handle, self.nbytes)
-            except Exception:  # noqa: BLE001 - at interpreter exit the driver may be gone
-                pass
 
 
 class GPUTensor:
@@ -92,11 +86,11 @@ class GPUTensor:
         """The host copy of a host-backed tensor (do not modify), else None."""
         return self._host
 
-    def reshaped(self, shape) -> GPUTensor:
-        """The same elements with another shape (shares the buffer)."""
-        t = GPUTensor(self.device, shape, self.dtype, self._buffer,
-                      None if self._host is None else self._host.reshape(shape))
-        return t
+    def reshape(self, shape) -> GPUTensor:
+        """The same elements with another shape of as many elements (shares the buffer; the
+        caller has checked the size: ``runtime.device.DeviceTensor``)."""
+        return GPUTensor(self.device, shape, self.dtype, self._buffer,
+                         None if self._host is None else self._host.reshape(shape))
 
     def __repr__(self):
         where = "host-backed " if self._buffer is None and self._host is not None else ""

@@ -3,30 +3,23 @@ the core, and ``Block``, one allocation, shared by the tensors that view it.
 
 Tensors are immutable: no kernel writes into a buffer it did not just allocate, so
 metadata ops (Reshape, ExpandDims, Squeeze, Identity) return new tensors over the same
-block. A block goes back to its allocator when its last tensor goes: ``__del__`` only
-queues it (no lock is taken there, so it is safe wherever the collector runs it); the
-allocator settles the queue on its next call.
+block. A block goes back to its allocator when its last tensor goes (the core's ``Block``
+lifetime, ``tensorweave/runtime/allocator.py``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
+from tensorweave.runtime import allocator
 
-class Block:
-    """One device allocation of ``nbytes`` (``buf`` is a ``pyopencl.Buffer``)."""
 
-    __slots__ = ("buf", "nbytes", "_returns")
+class Block(allocator.Block):
+    """One device allocation of ``nbytes`` (``buf``, the core's ``raw``, is a ``pyopencl.Buffer``)."""
 
-    def __init__(self, buf, nbytes: int, returns):
-        self.buf = buf
-        self.nbytes = nbytes
-        self._returns = returns  # the allocator's queue of released blocks (a deque)
-
-    def __del__(self):
-        r = self._returns
-        if r is not None:
-            r.append((self.buf, self.nbytes))
+    __slots__ = ()
+    # The same slot under the name kernels use: no property call on the launch path.
+    buf = allocator.Block.raw
 
 
 class CLTensor:
@@ -56,8 +49,9 @@ class CLTensor:
     def nbytes(self) -> int:
         return self.size * self.dtype.itemsize
 
-    def view(self, shape) -> CLTensor:
-        """The same elements with another shape (no copy)."""
+    def reshape(self, shape) -> CLTensor:
+        """The same elements with another shape of as many elements (no copy; the caller
+        has checked the size: ``runtime.device.DeviceTensor``)."""
         return CLTensor(self.block, tuple(shape), self.dtype)
 
     def __repr__(self):

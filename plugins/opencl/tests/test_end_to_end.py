@@ -111,7 +111,7 @@ def test_pool_allocator_trains_too(digits):
     got, stats = _losses("/device:OPENCL:0", digits, tw.ConfigProto(allocator={"OPENCL": "pool"}))
     want, _ = _losses("/device:CPU:0", digits)
     np.testing.assert_allclose(got, want, rtol=1e-4)
-    assert stats["OPENCL"]["allocator"] == "pool" and stats["OPENCL"]["pool_hits"] > 100
+    assert stats["OPENCL"]["allocator"] == "pool" and stats["OPENCL"]["cache_hits"] > 100
 
 
 def test_mixed_cpu_and_opencl_partitions():

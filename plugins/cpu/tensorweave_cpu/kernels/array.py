@@ -1,6 +1,8 @@
-"""Array kernels: identity, packing, shapes, reshaping, slicing, joining, gathering.
+"""Array kernels: constants, packing, slicing, joining, gathering, filling, ranges. (Identity,
+Reshape, ExpandDims, Squeeze, Shape, Size and Rank are the core's, the same on every device:
+``tensorweave/kernels/shapes.py``.)
 
-Results are often views of their inputs (reshape, transpose, slices): no kernel writes into
+Results are often views of their inputs (transpose, slices, broadcasts): no kernel writes into
 an array, so sharing memory is safe. Indexing that would give a NumPy scalar is made to give
 a 0-d array instead (a string element would otherwise come back as a bare ``bytes``).
 """
@@ -10,6 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.kernels.axes import norm_axis
 from tensorweave.ops import index_math
 from tensorweave.ops.array_ops import range_length, strided_slice_index
 
@@ -32,13 +35,6 @@ def _placeholder(ctx):
     return fail
 
 
-def _norm_axis(ctx, axis, ndim, what="axis"):
-    axis = int(axis)
-    if not -ndim <= axis < ndim:
-        raise ctx.error(_E, f"{what} {axis} is out of range for an input of rank {ndim}")
-    return axis % ndim
-
-
 def _int_list(ctx, t, what):
     if t.ndim != 1:
         raise ctx.error(_E, f"{what} must be a vector, got shape {t.shape}")
@@ -52,7 +48,7 @@ def _unpack(ctx):
     def unpack(x):
         if x.ndim == 0:
             raise ctx.error(_E, "cannot unstack a scalar")
-        a = _norm_axis(ctx, axis, x.ndim)
+        a = norm_axis(ctx, axis, x.ndim)
         if x.shape[a] != num:
             raise ctx.error(_E, f"input of shape {x.shape} has {x.shape[a]} elements along axis {a}, not num={num}")
         lead = (slice(None),) * a
@@ -67,7 +63,7 @@ def _concat(ctx):
         nd = values[0].ndim
         if nd == 0:
             raise ctx.error(_E, "cannot concatenate scalars; use tw.stack")
-        axis = _norm_axis(ctx, args[-1], nd, "concat axis")
+        axis = norm_axis(ctx, args[-1], nd, "concat axis")
         try:
             return np.concatenate(values, axis=axis)
         except ValueError:
@@ -125,7 +121,7 @@ def _split(ctx):
     def split(axis, value):
         if value.ndim == 0:
             raise ctx.error(_E, "cannot split a scalar")
-        a = _norm_axis(ctx, axis, value.ndim, "split axis")
+        a = norm_axis(ctx, axis, value.ndim, "split axis")
         if value.shape[a] % num:
             raise ctx.error(_E, f"the number of splits {num} must evenly divide dimension {a} of the input "
                                 f"{value.shape} (size {value.shape[a]})")
@@ -140,7 +136,7 @@ def _split_v(ctx):
     def split_v(value, size_splits, axis):
         if value.ndim == 0:
             raise ctx.error(_E, "cannot split a scalar")
-        a = _norm_axis(ctx, axis, value.ndim, "split axis")
+        a = norm_axis(ctx, axis, value.ndim, "split axis")
         sizes = _int_list(ctx, size_splits, "size_splits")
         try:
             sizes = index_math.resolve_split_sizes(sizes, value.shape[a], a, value.shape, num)
@@ -151,18 +147,6 @@ def _split_v(ctx):
     return split_v
 
 
-def _reshape(ctx):
-    def reshape(x, shape):
-        dims = _int_list(ctx, shape, "shape")
-        if dims.count(-1) > 1 or (dims and min(dims) < -1):
-            raise ctx.error(_E, f"the requested shape {dims} may hold sizes >= 0 and at most one -1 (inferred)")
-        try:
-            return x.reshape(dims)
-        except ValueError:
-            raise ctx.error(_E, f"cannot reshape a tensor of shape {x.shape} ({x.size} elements) to shape {dims}") from None
-    return reshape
-
-
 def _transpose(ctx):
     def transpose(x, perm):
         p = _int_list(ctx, perm, "perm")
@@ -170,20 +154,6 @@ def _transpose(ctx):
             raise ctx.error(_E, f"perm {p} is not a permutation of the {x.ndim} dimensions of the input {x.shape}")
         return np.transpose(x, p)
     return transpose
-
-
-def _shape(ctx):
-    dt = ctx.attrs["out_type"].np_dtype
-    return lambda x: np.array(x.shape, dtype=dt)
-
-
-def _size(ctx):
-    dt = ctx.attrs["out_type"].np_dtype
-    return lambda x: np.array(x.size, dtype=dt)
-
-
-def _rank(x):
-    return np.array(x.ndim, dtype=np.int32)
 
 
 def _fill(ctx):
@@ -232,32 +202,10 @@ def _gather_v2(ctx):
     def gather(params, indices, axis):
         if params.ndim == 0:
             raise ctx.error(_E, "cannot gather from a scalar")
-        a = _norm_axis(ctx, axis, params.ndim, "gather axis")
+        a = norm_axis(ctx, axis, params.ndim, "gather axis")
         _check_indices(ctx, indices, params.shape[a])
         return _take(params, indices, a)
     return gather
-
-
-def _expand_dims(ctx):
-    def expand_dims(x, dim):
-        if dim.size != 1:
-            raise ctx.error(_E, f"the expand_dims axis must be a scalar, got shape {dim.shape}")
-        return np.expand_dims(x, _norm_axis(ctx, dim.reshape(-1)[0], x.ndim + 1, "expand_dims axis"))
-    return expand_dims
-
-
-def _squeeze(ctx):
-    axes = ctx.attrs["squeeze_dims"]
-    if not axes:
-        return np.squeeze
-
-    def squeeze(x):
-        norm = tuple(sorted({_norm_axis(ctx, a, x.ndim, "squeeze axis") for a in axes}))
-        for a in norm:
-            if x.shape[a] != 1:
-                raise ctx.error(_E, f"cannot squeeze dimension {a} of shape {x.shape}: its size is not 1")
-        return np.squeeze(x, axis=norm)
-    return squeeze
 
 
 def _tile(ctx):
@@ -358,8 +306,6 @@ def register(reg):
     reg.register("Const", CPU, factory=_const)
     reg.register("Placeholder", CPU, factory=_placeholder)
     reg.register("PlaceholderWithDefault", CPU, _identity)
-    reg.register("Identity", CPU, _identity)
-    reg.register("StopGradient", CPU, _identity)
     reg.register("Pack", CPU, factory=lambda ctx: (lambda *xs, _a=ctx.attrs["axis"]: np.stack(xs, axis=_a)))
     reg.register("Unpack", CPU, factory=_unpack)
     reg.register("ConcatV2", CPU, factory=_concat)
@@ -367,18 +313,12 @@ def register(reg):
     reg.register("StridedSlice", CPU, factory=_strided_slice)
     reg.register("Split", CPU, factory=_split)
     reg.register("SplitV", CPU, factory=_split_v)
-    reg.register("Reshape", CPU, factory=_reshape)
     reg.register("Transpose", CPU, factory=_transpose)
-    reg.register("Rank", CPU, _rank)
-    reg.register("Shape", CPU, factory=_shape)
-    reg.register("Size", CPU, factory=_size)
     reg.register("Fill", CPU, factory=_fill)
     reg.register("ZerosLike", CPU, factory=_zeros_like)
     reg.register("OnesLike", CPU, np.ones_like)
     reg.register("Gather", CPU, factory=_gather)
     reg.register("GatherV2", CPU, factory=_gather_v2)
-    reg.register("ExpandDims", CPU, factory=_expand_dims)
-    reg.register("Squeeze", CPU, factory=_squeeze)
     reg.register("Tile", CPU, factory=_tile)
     reg.register("Range", CPU, factory=_range)
     reg.register("OneHot", CPU, factory=_one_hot)

@@ -1,7 +1,9 @@
 """The CUDA kernels: CUDA C sources (``*.cu``, sharing ``common.cuh``), the catalog that
 names them (``catalog.py``) and the Python side of each op family, which plans a launch and
 calls a compiled function (``elementwise.py``, ``reduction.py``, ``nn.py``, ``array.py``,
-``state.py``, ``matmul.py``).
+``training.py``, ``matmul.py``). Variables, the shape-only kernels and NoOp are the core's
+(``tensorweave.kernels``), registered for every device type and the dtypes every device
+holds, which are all the dtypes this device holds (``catalog.ALL``).
 
 Sources are compiled at run time by PyCUDA's ``SourceModule`` (one module per file and
 defines, see ``program.py``) and to PTX by the tests wherever ``nvcc`` exists. Importing this
@@ -15,8 +17,12 @@ import re
 from functools import cache
 from pathlib import Path
 
+from tensorweave.kernels import shapes as core_shapes
+from tensorweave.kernels import state as core_state
+from tensorweave_cuda.kernels import catalog
+
 KERNEL_DIR = Path(__file__).resolve().parent
-FAMILIES = ("elementwise", "reduction", "nn", "array", "state", "matmul")
+FAMILIES = ("elementwise", "reduction", "nn", "array", "training", "matmul")
 _INCLUDE = re.compile(r'^#include "([\w.]+)"\s*$', re.M)
 
 
@@ -41,3 +47,5 @@ def register_all(registry, device_type: str = "GPU", blas_available: bool = True
         if family == "matmul" and not blas_available:
             continue
         importlib.import_module(f"tensorweave_cuda.kernels.{family}").register(registry, device_type)
+    for core in (core_state, core_shapes):
+        core.register_kernels(registry, device_type, catalog.ALL)

@@ -9,9 +9,10 @@ from __future__ import annotations
 
 import numpy as np
 
+from tensorweave.kernels.axes import norm_axis
 from tensorweave_cuda import plan
 from tensorweave_cuda.kernels import catalog
-from tensorweave_cuda.kernels.util import E, fill, launch, launch_rows, norm_axis
+from tensorweave_cuda.kernels.util import E, fill, launch, launch_rows
 from tensorweave_cuda.kernels.util import register as reg_kernel
 
 _KIND = {"Sum": "sum", "Mean": "mean", "Prod": "prod", "Max": "max", "Min": "min"}
@@ -36,7 +37,7 @@ def run_reduction(dev, p: plan.ReducePlan, kind: str, dt: catalog.DType, x):
     if not p.passes and not p.fill:
         if plan.num_elements(p.out_shape) == 0:
             return dev.empty(p.out_shape, dt.np)
-        return x.reshaped(p.out_shape)  # only size-1 axes reduced: the values are the input's
+        return x.reshape(p.out_shape)  # only size-1 axes reduced: the values are the input's
     out = dev.empty(p.out_shape, dt.np)
     if p.fill:
         return fill(dev, out, identity(kind, dt.np))

@@ -1,6 +1,7 @@
 """What every op family's kernels share: registering a factory for the GPU device type with
-the context made current around each call, launching a grid-stride kernel, and turning a
-value that arrived in host memory into a GPU tensor."""
+the context made current around each call, launching a grid-stride kernel, and reading
+values that arrived in host memory. (Axes are normalised by the core's
+``tensorweave.kernels.axes.norm_axis``.)"""
 
 from __future__ import annotations
 
@@ -55,16 +56,6 @@ def launch_rows(dev, ref: catalog.KernelRef, rows: int, length: int, *args) -> N
     dev.programs.kernel(ref)(grid, block, *args)
 
 
-def gpu(dev, x) -> GPUTensor:
-    """``x`` as a tensor of ``dev``: a host value (a variable initialised on the CPU, a
-    host-memory result) is brought over."""
-    if type(x) is GPUTensor and x.device is dev:
-        return x
-    if isinstance(x, GPUTensor):
-        return dev.copy_from(x, x.device)
-    return dev.to_device(np.asarray(x))
-
-
 def host(dev, x) -> np.ndarray:
     """``x`` as a host array (host-backed tensors need no copy)."""
     if isinstance(x, GPUTensor):
@@ -78,13 +69,6 @@ def int_list(ctx, v, what: str) -> list[int]:
     if a.ndim != 1:
         raise ctx.error(E, f"{what} must be a vector, got shape {a.shape}")
     return [int(d) for d in a.tolist()]
-
-
-def norm_axis(ctx, axis, ndim: int, what: str = "axis") -> int:
-    a = int(axis)
-    if not -ndim <= a < ndim:
-        raise ctx.error(E, f"{what} {a} is out of range for an input of rank {ndim}")
-    return a % ndim
 
 
 def fill(dev, out: GPUTensor, value) -> GPUTensor:

@@ -1,9 +1,9 @@
-"""Array kernels (kernels/array.cl): Const, Identity/StopGradient, the metadata-only
-Reshape/ExpandDims/Squeeze, Shape/Size/Rank, Fill/ZerosLike/OnesLike, and the strided
-copies BroadcastTo, Tile, Transpose, Slice, ConcatV2, Pack, plus OneHot.
+"""Array kernels (kernels/array.cl): Const, Placeholder(WithDefault), Fill/ZerosLike/OnesLike,
+and the strided copies BroadcastTo, Tile, Transpose, Slice, ConcatV2, Pack, plus OneHot.
+(Identity, Reshape, ExpandDims, Squeeze, Shape, Size and Rank are the core's, the same on
+every device: ``tensorweave/kernels/shapes.py``.)
 
-Shapes, axes and sizes arrive in host memory (``host_memory=``). Shape/Size/Rank produce
-small int tensors on the device; they are cached per value, since tensors are immutable.
+Shapes, axes and sizes arrive in host memory (``host_memory=``).
 """
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.kernels.axes import norm_axis
 from tensorweave_opencl import program
 from tensorweave_opencl.kernels.common import (
     ALL,
@@ -25,7 +26,6 @@ from tensorweave_opencl.kernels.common import (
     host,
     int_list,
     launcher,
-    norm_axis,
     num_elements,
 )
 
@@ -70,82 +70,6 @@ def _placeholder(ctx):
     def fail():
         raise ctx.error(_E, "a placeholder must be fed")
     return fail
-
-
-def _noop(ctx):
-    return lambda *args: None
-
-
-def _reshape(ctx):
-    def reshape(x, shape):
-        dims = int_list(ctx, shape, "shape")
-        if dims.count(-1) > 1 or (dims and min(dims) < -1):
-            raise ctx.error(_E, f"the requested shape {dims} may hold sizes >= 0 and at most one -1 (inferred)")
-        n = num_elements(x.shape)
-        if -1 in dims:
-            known = num_elements([d for d in dims if d != -1])
-            if known == 0 or n % known:
-                raise ctx.error(_E, f"cannot reshape a tensor of shape {x.shape} ({n} elements) to shape {dims}")
-            dims[dims.index(-1)] = n // known
-        if num_elements(dims) != n:
-            raise ctx.error(_E, f"cannot reshape a tensor of shape {x.shape} ({n} elements) to shape {dims}")
-        return x.view(dims)
-    return reshape
-
-
-def _expand_dims(ctx):
-    def expand_dims(x, dim):
-        d = host(dim)
-        if d.size != 1:
-            raise ctx.error(_E, f"the expand_dims axis must be a scalar, got shape {d.shape}")
-        a = norm_axis(ctx, int(d.reshape(-1)[0]), x.ndim + 1, "expand_dims axis")
-        return x.view(x.shape[:a] + (1,) + x.shape[a:])
-    return expand_dims
-
-
-def _squeeze(ctx):
-    axes = ctx.attrs["squeeze_dims"]
-
-    def squeeze(x):
-        if not axes:
-            return x.view(tuple(d for d in x.shape if d != 1))
-        norm = {norm_axis(ctx, a, x.ndim, "squeeze axis") for a in axes}
-        for a in norm:
-            if x.shape[a] != 1:
-                raise ctx.error(_E, f"cannot squeeze dimension {a} of shape {x.shape}: its size is not 1")
-        return x.view(tuple(d for i, d in enumerate(x.shape) if i not in norm))
-    return squeeze
-
-
-def _cached_host_value(ctx, fn):
-    """A kernel returning ``fn(x)`` (a small host array) as a device tensor, cached per value."""
-    cache: dict = {}
-    device = ctx.device
-
-    def compute(x):
-        arr = fn(x)
-        key = arr.tobytes() + arr.dtype.char.encode() + bytes([arr.ndim])
-        t = cache.get(key)
-        if t is None:
-            t = device.to_device(arr)
-            if len(cache) < 64:
-                cache[key] = t
-        return t
-    return compute
-
-
-def _shape(ctx):
-    dt = ctx.attrs["out_type"].np_dtype
-    return _cached_host_value(ctx, lambda x: np.array(x.shape, dtype=dt))
-
-
-def _size(ctx):
-    dt = ctx.attrs["out_type"].np_dtype
-    return _cached_host_value(ctx, lambda x: np.array(num_elements(x.shape), dtype=dt))
-
-
-def _rank(ctx):
-    return _cached_host_value(ctx, lambda x: np.array(len(x.shape), dtype=np.int32))
 
 
 def _fill(ctx):
@@ -344,16 +268,7 @@ def _one_hot(ctx):
 def register(reg):
     reg.register("Const", OPENCL, factory=_const, constraints={"dtype": ALL})
     reg.register("Placeholder", OPENCL, factory=_placeholder, constraints={"dtype": ALL})
-    reg.register("NoOp", OPENCL, factory=_noop)
-    reg.register("Identity", OPENCL, factory=_identity, constraints={"T": ALL})
     reg.register("PlaceholderWithDefault", OPENCL, factory=_identity, constraints={"dtype": ALL})
-    reg.register("StopGradient", OPENCL, factory=_identity, constraints={"T": ALL})
-    reg.register("Reshape", OPENCL, factory=_reshape, constraints={"T": ALL}, host_memory=("shape",))
-    reg.register("ExpandDims", OPENCL, factory=_expand_dims, constraints={"T": ALL}, host_memory=("dim",))
-    reg.register("Squeeze", OPENCL, factory=_squeeze, constraints={"T": ALL})
-    reg.register("Shape", OPENCL, factory=_shape, constraints={"T": ALL})
-    reg.register("Size", OPENCL, factory=_size, constraints={"T": ALL})
-    reg.register("Rank", OPENCL, factory=_rank, constraints={"T": ALL})
     reg.register("Fill", OPENCL, factory=_fill, constraints={"T": ALL}, host_memory=("dims",))
     reg.register("ZerosLike", OPENCL, factory=_fill_like(0), constraints={"T": ALL})
     reg.register("OnesLike", OPENCL, factory=_fill_like(1), constraints={"T": ALL})

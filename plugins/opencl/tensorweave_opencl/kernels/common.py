@@ -48,12 +48,6 @@ def int_list(ctx, value, what_: str) -> list[int]:
     return [int(v) for v in arr.tolist()]
 
 
-def norm_axis(ctx, axis: int, ndim: int, what_: str = "axis") -> int:
-    if not -ndim <= axis < max(ndim, 1):
-        raise ctx.error(_E, f"{what_} {axis} is out of range for an input of rank {ndim}")
-    return axis % ndim if ndim else 0
-
-
 def num_elements(shape) -> int:
     n = 1
     for d in shape:

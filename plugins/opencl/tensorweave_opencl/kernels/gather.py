@@ -8,6 +8,7 @@ the CPU kernels raise InvalidArgumentError instead.
 from __future__ import annotations
 
 from tensorweave.framework import errors
+from tensorweave.kernels.axes import norm_axis
 from tensorweave_opencl import program
 from tensorweave_opencl.kernels.common import (
     ALL,
@@ -18,7 +19,6 @@ from tensorweave_opencl.kernels.common import (
     OPENCL,
     host,
     launcher,
-    norm_axis,
     num_elements,
 )
 

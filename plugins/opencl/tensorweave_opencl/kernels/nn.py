@@ -82,7 +82,7 @@ def _bias_add(ctx):
         if b.ndim != 1 or v.ndim < 2 or v.shape[axis] != b.shape[0]:
             raise ctx.error(_E, f"bias of shape {b.shape} must be 1-D with one element per channel of value "
                                 f"{v.shape} (dimension {axis})")
-        return add(v, b.view(b.shape + (1,) * (v.ndim - 2)) if nchw else b)
+        return add(v, b.reshape(b.shape + (1,) * (v.ndim - 2)) if nchw else b)
     return bias_add
 
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.kernels.axes import norm_axis
 from tensorweave_opencl import program
 from tensorweave_opencl.buffer import CLTensor
 from tensorweave_opencl.kernels.common import (
@@ -24,7 +25,6 @@ from tensorweave_opencl.kernels.common import (
     OPENCL,
     host,
     launcher,
-    norm_axis,
     num_elements,
 )
 
@@ -153,11 +153,11 @@ class Reduction:
         p = self._plans.get((x.shape, axes)) or self.plan(x.shape, axes)
         out_shape, passes, count = p
         if not passes:  # only size-1 (or no) axes: the values are the input's
-            return x.view(out_shape)
+            return x.reshape(out_shape)
         y = x
         for fn, outer, length, inner in passes:
             y = fn(self.device, y, outer, length, inner, count)
-        return y.view(out_shape)
+        return y.reshape(out_shape)
 
 
 def _axes(ctx, value, nd) -> tuple:
@@ -188,7 +188,7 @@ def _l2_loss(ctx):
 
     def l2_loss(t):
         n = num_elements(t.shape)
-        return full(ctx.device, t, 1, n, 1, n).view(())
+        return full(ctx.device, t, 1, n, 1, n).reshape(())
     return l2_loss
 
 

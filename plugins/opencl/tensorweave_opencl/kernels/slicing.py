@@ -13,10 +13,11 @@ import numpy as np
 from numpy.lib.stride_tricks import as_strided
 
 from tensorweave.framework import errors
+from tensorweave.kernels.axes import norm_axis
 from tensorweave.ops import index_math
 from tensorweave.ops.array_ops import strided_slice_index
 from tensorweave_opencl.kernels.array import fill_value
-from tensorweave_opencl.kernels.common import ALL, OPENCL, StridedCopy, contiguous_strides, host, int_list, norm_axis
+from tensorweave_opencl.kernels.common import ALL, OPENCL, StridedCopy, contiguous_strides, host, int_list
 
 _E = errors.InvalidArgumentError
 _MASKS = ("begin_mask", "end_mask", "ellipsis_mask", "new_axis_mask", "shrink_axis_mask")
@@ -96,7 +97,7 @@ def _pieces(ctx, copy, device, x, axis, sizes, squeeze=False):
         piece = device.empty(shape, x.dtype)
         copy(piece, x, shape, xs, contiguous_strides(shape), x_off=start * xs[axis])
         start += size
-        outs.append(piece.view(tuple(shape[:axis] + shape[axis + 1:])) if squeeze else piece)
+        outs.append(piece.reshape(tuple(shape[:axis] + shape[axis + 1:])) if squeeze else piece)
     return outs[0] if len(outs) == 1 else tuple(outs)
 
 

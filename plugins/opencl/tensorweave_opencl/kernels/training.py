@@ -12,7 +12,6 @@ from tensorweave.framework import errors
 from tensorweave.runtime.containers import StoreUpdate
 from tensorweave_opencl import program
 from tensorweave_opencl.kernels.common import BUF, FLOAT, I32, OPENCL, launcher, num_elements
-from tensorweave_opencl.kernels.state import read_here
 
 # op -> (kernel, number of ref inputs, index of the gradient among the other inputs)
 KERNELS = {
@@ -45,7 +44,7 @@ def _factory(op_type):
                     raise ctx.error(errors.InvalidArgumentError,
                                     f"'{name}' must be a scalar, got a value of shape {a.shape}")
             with guard:
-                current = [read_here(s, device) for s in stores]
+                current = [s.read_on(device) for s in stores]
                 guard.check_shapes(current, grad)
                 var = current[0]
                 new = [device.empty(var.shape, var.dtype) for _ in stores]
