@@ -114,9 +114,9 @@ def test_a_broken_kernel_is_reported_as_a_failure_naming_the_op(tmp_path):
     assert r["ops_failed"] == ["Neg"]
     assert "failed: Neg" in out
     # 7 wrapped ops + TimesThree + the core's kernels for every device type: Identity, Reshape,
-    # StopGradient, ExpandDims, Squeeze, Shape, Size, Rank and Variable, Assign, AssignAdd,
-    # AssignSub, IsVariableInitialized
-    assert f"{r['ops_checked']} ops checked, 1 failed" in out and r["ops_checked"] == 21
+    # StopGradient, ExpandDims, Squeeze, Shape, Size, Rank, BroadcastGradientArgs and Variable,
+    # Assign, AssignAdd, AssignSub, IsVariableInitialized
+    assert f"{r['ops_checked']} ops checked, 1 failed" in out and r["ops_checked"] == 22
     assert "FAILED tensorweave-conformance[FAKE]::Neg[float32]" in out
     assert "Neg (float32, values) on FAKE differs from the CPU reference:" in out
     assert "Neg[grad-float32]" in r["failed_checks"]            # Neg's gradient is a Neg on FAKE

@@ -1,7 +1,7 @@
 """The shape-only kernels, the same on every device: Identity and StopGradient (the input
 itself), Reshape, ExpandDims and Squeeze (a new handle on the same memory, through the
 tensor's ``reshape``), Shape, Size and Rank (a small int tensor computed from the metadata),
-and NoOp.
+BroadcastGradientArgs (shape arithmetic on host-memory int vectors) and NoOp.
 
 They see device tensors only through ``runtime.device.DeviceTensor`` (``shape``, ``dtype``,
 ``reshape``). Reshape's ``shape`` and ExpandDims' ``dim`` are host-memory inputs: NumPy
@@ -18,6 +18,7 @@ import numpy as np
 from tensorweave.framework import errors
 from tensorweave.kernels import EVERY_DEVICE_DTYPES, dtypes_to_register
 from tensorweave.kernels.axes import norm_axis
+from tensorweave.ops import index_math
 
 _E = errors.InvalidArgumentError
 # Shape/Size/Rank results kept per node on a device (tensors are immutable, and the same
@@ -150,6 +151,34 @@ def _rank(ctx):
     return _on_device(ctx, lambda s: np.array(len(s), dtype=np.int32))
 
 
+def _broadcast_gradient_args(ctx):
+    """The reduction axes of two broadcast operands' gradients, from their shapes (host
+    vectors): the arrays themselves on a host device, else device tensors kept per pair of
+    shapes (on an accelerator, small int vectors stay in host memory until a kernel reads
+    them, e.g. ``CUDADevice.to_device``)."""
+    dt = ctx.output_dtypes[0].np_dtype
+
+    def compute(s0, s1):
+        try:
+            return index_math.broadcast_gradient_args(s0, s1, dt)
+        except ValueError as e:
+            raise ctx.error(_E, str(e)) from None
+    if ctx.device.host_tensors:
+        return compute
+    to_device = ctx.device.to_device
+    cache: dict = {}
+
+    def broadcast_gradient_args(s0, s1):
+        key = (tuple(np.asarray(s0).tolist()), tuple(np.asarray(s1).tolist()))
+        out = cache.get(key)
+        if out is None:
+            out = tuple(to_device(r) for r in compute(s0, s1))
+            if len(cache) < CACHED_RESULTS:
+                cache[key] = out
+        return out
+    return broadcast_gradient_args
+
+
 # op -> (factory, host-memory inputs)
 _KERNELS = {
     "Identity": (lambda ctx: _identity, ()),
@@ -161,6 +190,13 @@ _KERNELS = {
     "Size": (_size, ()),
     "Rank": (_rank, ()),
 }
+# Kernels on shapes (int32/int64 vectors): op -> (factory, host-memory inputs).
+_INDEX_DTYPES = ("int32", "int64")
+_INDEX_KERNELS = {
+    "BroadcastGradientArgs": (_broadcast_gradient_args, ("s0", "s1")),
+}
+
+
 def register_kernels(registry, device_type: str = "*", held=None) -> None:
     """The shape-only kernels for ``device_type`` and the dtypes ``held`` there (by default
     ``"*"`` and ``EVERY_DEVICE_DTYPES``; see ``tensorweave.kernels``)."""
@@ -171,3 +207,7 @@ def register_kernels(registry, device_type: str = "*", held=None) -> None:
         return
     for op, (factory, host_memory) in _KERNELS.items():
         registry.register(op, device_type, factory=factory, constraints={"T": names}, host_memory=host_memory)
+    index = [n for n in names if n in _INDEX_DTYPES]
+    if index:
+        for op, (factory, host_memory) in _INDEX_KERNELS.items():
+            registry.register(op, device_type, factory=factory, constraints={"T": index}, host_memory=host_memory)

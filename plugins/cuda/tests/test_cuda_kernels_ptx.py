@@ -56,8 +56,9 @@ def ptx(tmp_path_factory):
 
 def test_kernel_sources_are_packaged():
     names = {p.name for p in kernels.sources()}
-    assert {"elementwise.cu", "cast.cu", "reduce.cu", "argmax.cu", "softmax.cu", "training.cu"} <= names
-    assert (kernels.KERNEL_DIR / "common.cuh").exists()
+    assert {"elementwise.cu", "cast.cu", "reduce.cu", "argmax.cu", "softmax.cu", "training.cu", "conv.cu", "pool.cu",
+            "random.cu"} <= names
+    assert (kernels.KERNEL_DIR / "common.cuh").exists() and (kernels.KERNEL_DIR / "spatial.cuh").exists()
     # every source the catalog refers to exists, and every source is referred to
     assert {f for f, _ in MODULES} == names
 
@@ -65,6 +66,8 @@ def test_kernel_sources_are_packaged():
 def test_includes_are_pasted():
     text = kernels.source_text("elementwise.cu")
     assert not re.search(r'^#include "', text, re.M) and "struct TwBcast" in text
+    text = kernels.source_text("pool.cu")  # two local headers
+    assert not re.search(r'^#include "', text, re.M) and "struct TwBcast" in text and "struct TwImage" in text
 
 
 @needs_nvcc

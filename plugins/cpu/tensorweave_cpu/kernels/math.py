@@ -10,7 +10,6 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
-from tensorweave.ops import index_math
 
 CPU = "CPU"
 
@@ -474,17 +473,6 @@ def _string_concat(x, y):
     return np.frompyfunc(lambda a, b: a + b, 2, 1)(x, y).astype(object)
 
 
-def _broadcast_gradient_args(ctx):
-    dt = ctx.output_dtypes[0].np_dtype
-
-    def bga(s0, s1):
-        try:
-            return index_math.broadcast_gradient_args(s0, s1, dt)
-        except ValueError as e:
-            raise ctx.error(errors.InvalidArgumentError, str(e)) from None
-    return bga
-
-
 def _reduced_shape(ctx):
     """The shape of a reduction's input with the reduced axes set to 1 (``keep_dims`` shape)."""
     def reduced_shape(input_shape, axes):
@@ -500,5 +488,4 @@ def _reduced_shape(ctx):
 
 
 def register_gradient_helpers(reg):
-    reg.register("BroadcastGradientArgs", CPU, factory=_broadcast_gradient_args)
     reg.register("ReducedShape", CPU, factory=_reduced_shape)

@@ -1,7 +1,7 @@
 """The CUDA kernels: CUDA C sources (``*.cu``, sharing ``common.cuh``), the catalog that
 names them (``catalog.py``) and the Python side of each op family, which plans a launch and
 calls a compiled function (``elementwise.py``, ``reduction.py``, ``nn.py``, ``array.py``,
-``training.py``, ``matmul.py``). Variables, the shape-only kernels and NoOp are the core's
+``training.py``, ``matmul.py``, ``conv.py``, ``pooling.py``, ``random.py``). Variables, the shape-only kernels and NoOp are the core's
 (``tensorweave.kernels``), registered for every device type and the dtypes every device
 holds, which are all the dtypes this device holds (``catalog.ALL``).
 
@@ -22,7 +22,9 @@ from tensorweave.kernels import state as core_state
 from tensorweave_cuda.kernels import catalog
 
 KERNEL_DIR = Path(__file__).resolve().parent
-FAMILIES = ("elementwise", "reduction", "nn", "array", "training", "matmul")
+FAMILIES = ("elementwise", "reduction", "nn", "array", "training", "matmul", "conv", "pooling", "random")
+# Families whose kernels call cuBLAS: registered only where it loaded.
+BLAS_FAMILIES = ("matmul", "conv")
 _INCLUDE = re.compile(r'^#include "([\w.]+)"\s*$', re.M)
 
 
@@ -44,7 +46,7 @@ def source_text(name: str) -> str:
 def register_all(registry, device_type: str = "GPU", blas_available: bool = True):
     """Register every family's kernels for ``device_type`` (the emulator uses another type)."""
     for family in FAMILIES:
-        if family == "matmul" and not blas_available:
+        if family in BLAS_FAMILIES and not blas_available:
             continue
         importlib.import_module(f"tensorweave_cuda.kernels.{family}").register(registry, device_type)
     for core in (core_state, core_shapes):

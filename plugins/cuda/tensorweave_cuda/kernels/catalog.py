@@ -304,6 +304,85 @@ def training_kernels() -> list[KernelRef]:
 
 
 # ---------------------------------------------------------------------------------------
+# conv.cu: one module; im2col/col2im for Conv2D and its gradients (the products are cuBLAS's).
+# Geometry parameters, in this order (the G of the signatures below): n, h, w, c (the image
+# batch), kh, kw (window), sh, sw (strides), dh, dw (dilations), pt, pl (padding before),
+# oh, ow (output), then nchw (int: the image tensor's layout).
+CONV_GEOMETRY = "q" * 14 + "i"
+SIG_IM2COL = "PP" + CONV_GEOMETRY          # image, cols [n * oh * ow, kh * kw * c]
+SIG_COL2IM = "PP" + CONV_GEOMETRY          # cols, image gradient
+SIG_ACCUMULATE = "PPq"                     # acc, part, n: acc += part
+
+
+def conv_kernel(kind: str, dt: DType) -> KernelRef:
+    """``kind`` is im2col, col2im or accumulate."""
+    if dt.name not in FLOAT:
+        raise KeyError(f"no CUDA convolution for {dt.name}")
+    sig = {"im2col": SIG_IM2COL, "col2im": SIG_COL2IM, "accumulate": SIG_ACCUMULATE}[kind]
+    return KernelRef("conv.cu", (), f"tw_{kind}_{dt.suffix}", sig)
+
+
+def conv_kernels() -> list[KernelRef]:
+    return [conv_kernel(k, DTYPES[t]) for k in ("im2col", "col2im", "accumulate") for t in FLOAT]
+
+
+# ---------------------------------------------------------------------------------------
+# pool.cu: one module; a thread per output (forward) or per input element (gradients).
+# Geometry: n, h, w, c, kh, kw, sh, sw, pt, pl, oh, ow, then nchw (int).
+POOL_GEOMETRY = "q" * 12 + "i"
+POOL_SIGS = {
+    "MaxPool": ("max_pool", "PP" + POOL_GEOMETRY),             # x, y
+    "AvgPool": ("avg_pool", "PP" + POOL_GEOMETRY),             # x, y
+    "MaxPoolGrad": ("max_pool_grad", "PPPP" + POOL_GEOMETRY),  # x, y, grad, dx
+    "AvgPoolGrad": ("avg_pool_grad", "PP" + POOL_GEOMETRY),    # grad, dx
+}
+MAX_POOL_DTYPES = NUMERIC
+
+
+def pool_dtypes(op: str) -> tuple:
+    return MAX_POOL_DTYPES if op == "MaxPool" else FLOAT
+
+
+def pool_kernel(op: str, dt: DType) -> KernelRef:
+    base, sig = POOL_SIGS[op]
+    if dt.name not in pool_dtypes(op):
+        raise KeyError(f"{op} has no CUDA kernel for {dt.name}")
+    return KernelRef("pool.cu", (), f"tw_{base}_{dt.suffix}", sig)
+
+
+def pool_kernels() -> list[KernelRef]:
+    return [pool_kernel(op, DTYPES[t]) for op in POOL_SIGS for t in pool_dtypes(op)]
+
+
+# ---------------------------------------------------------------------------------------
+# random.cu: one module; Philox4x32-10 streams. Every kernel takes: out, n, key (64 bits),
+# stream (64 bits: counter words 2-3), offset (64 bits: the first counter of words 0-1);
+# RandomUniformInt adds minval and the range size.
+# Truncated normals draw from at most this many blocks per 4 (2) values; random.py advances a
+# node's offset by blocks * TRUNC_ROUNDS per run (compiled into random.cu as TW_TRUNC_ROUNDS).
+TRUNC_ROUNDS = 16
+RANDOM_DEFINES = (("TW_TRUNC_ROUNDS", str(TRUNC_ROUNDS)),)
+SIG_RANDOM = "Pqqqq"
+SIG_RANDOM_INT = "Pqqqqqq"
+RANDOM_OPS = {"RandomUniform": "uniform", "RandomStandardNormal": "normal", "TruncatedNormal": "truncated_normal",
+              "RandomUniformInt": "uniform_int"}
+
+
+def random_kernel(op: str, dt: DType) -> KernelRef:
+    base = RANDOM_OPS[op]
+    allowed = INT if op == "RandomUniformInt" else FLOAT
+    if dt.name not in allowed:
+        raise KeyError(f"{op} has no CUDA kernel for {dt.name}")
+    return KernelRef("random.cu", RANDOM_DEFINES, f"tw_random_{base}_{dt.suffix}",
+                     SIG_RANDOM_INT if op == "RandomUniformInt" else SIG_RANDOM)
+
+
+def random_kernels() -> list[KernelRef]:
+    return [random_kernel(op, DTYPES[t]) for op in RANDOM_OPS
+            for t in (INT if op == "RandomUniformInt" else FLOAT)]
+
+
+# ---------------------------------------------------------------------------------------
 def all_kernels() -> list[KernelRef]:
     """Every function of every module the plugin may load, grouped by nothing in particular."""
     out = []
@@ -311,7 +390,8 @@ def all_kernels() -> list[KernelRef]:
         out += elementwise_kernels(DTYPES[name])
     for name in REDUCE_DTYPES:
         out += reduce_kernels(DTYPES[name])
-    return out + cast_kernels() + arg_kernels() + softmax_kernels() + training_kernels()
+    return (out + cast_kernels() + arg_kernels() + softmax_kernels() + training_kernels() + conv_kernels()
+            + pool_kernels() + random_kernels())
 
 
 def modules() -> dict[tuple, list[KernelRef]]:

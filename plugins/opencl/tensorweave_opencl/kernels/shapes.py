@@ -1,5 +1,5 @@
-"""Shape arithmetic on OPENCL: Range, BroadcastGradientArgs, ReducedShape,
-InvertPermutation, ListDiff. Their inputs are small and arrive in host memory; the result
+"""Shape arithmetic on OPENCL: Range, ReducedShape, InvertPermutation, ListDiff
+(BroadcastGradientArgs is the core's, for every device: ``tensorweave.kernels.shapes``). Their inputs are small and arrive in host memory; the result
 is computed on the host with the CPU plugin's rules and placed on the device (cached per
 value: the same shapes come back every step). They exist so that gradient graphs with
 dynamic shapes can stay on the device without soft placement."""
@@ -46,17 +46,6 @@ def _range(ctx):
     return _on_device(ctx, range_)
 
 
-def _broadcast_gradient_args(ctx):
-    dt = ctx.output_dtypes[0].np_dtype
-
-    def bga(s0, s1):
-        try:
-            return index_math.broadcast_gradient_args(s0, s1, dt)
-        except ValueError as e:
-            raise ctx.error(_E, str(e)) from None
-    return _on_device(ctx, bga)
-
-
 def _reduced_shape(ctx):
     def reduced_shape(input_shape, axes):
         out = np.array(input_shape, dtype=np.int32).reshape(-1)
@@ -93,8 +82,6 @@ def _list_diff(ctx):
 def register(reg):
     reg.register("Range", OPENCL, factory=_range, constraints={"Tidx": NUMERIC},
                  host_memory=("start", "limit", "delta"))
-    reg.register("BroadcastGradientArgs", OPENCL, factory=_broadcast_gradient_args, constraints={"T": INDEX},
-                 host_memory=("s0", "s1"))
     reg.register("ReducedShape", OPENCL, factory=_reduced_shape, host_memory=("input_shape", "axes"))
     reg.register("InvertPermutation", OPENCL, factory=_invert_permutation, constraints={"T": INDEX},
                  host_memory=("x",))
