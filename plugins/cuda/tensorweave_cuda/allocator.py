@@ -16,7 +16,9 @@ event recorded after the batch has completed, and when the driver refuses an all
 
 from __future__ import annotations
 
-from tensorweave.runtime.allocator import BlockAllocator, PoolAllocator
+import numpy as np
+
+from tensorweave.runtime.allocator import Block, BlockAllocator, PoolAllocator
 from tensorweave.runtime.allocator import size_class as size_class  # the pool's size classes, re-exported
 from tensorweave_cuda.driver import OutOfMemory
 from tensorweave_cuda.tensor import Buffer
@@ -105,3 +107,78 @@ class CUDAAllocator(BlockAllocator):
 class CUDAPoolAllocator(PoolAllocator, CUDAAllocator):
     """Freed buffers wait in the core's size-class bins and are handed out again
     (stream-ordered reuse)."""
+
+
+# ---------------------------------------------------------------------------------------
+# Page-locked host memory
+
+
+class PinnedBlock(Block):
+    """Page-locked host memory lent to NumPy arrays (``array``): the array's ``base`` is this
+    block, so the memory goes back to its pool when the last array (or view) using it goes."""
+
+    __slots__ = ("ptr", "_iface")
+
+    def __init__(self, raw, nbytes: int, size: int, returns, ptr: int):
+        super().__init__(raw, nbytes, size, returns)
+        self.ptr = ptr
+        self._iface = None
+
+    @property
+    def __array_interface__(self):
+        return self._iface
+
+    def array(self, shape, dtype) -> np.ndarray:
+        """A C-contiguous array of ``shape`` and ``dtype`` over this block (at most ``nbytes``)."""
+        dtype = np.dtype(dtype)
+        self._iface = {"data": (self.ptr, False), "shape": tuple(int(d) for d in shape),
+                       "typestr": dtype.str, "version": 3}
+        try:
+            out = np.asarray(self)
+        finally:
+            self._iface = None
+        if out.nbytes > self.nbytes:
+            raise ValueError(f"an array of {out.nbytes} bytes does not fit a block of {self.nbytes}")
+        return out
+
+
+def is_pinned(array: np.ndarray) -> bool:
+    """Whether ``array`` (C-contiguous) lives in page-locked memory this process allocated
+    through the plugin (``PinnedBlock``) or PyCUDA (``pagelocked_empty``)."""
+    b = array.base
+    for _ in range(8):
+        if b is None:
+            return False
+        if isinstance(b, PinnedBlock) or type(b).__name__.endswith("HostAllocation"):
+            return True
+        b = getattr(b, "base", None)
+    return False
+
+
+class PinnedHostPool(PoolAllocator):
+    """The core's pool (size classes, limit, reuse) over page-locked host memory of one GPU's
+    driver: what large ``to_host`` results and ``CUDADevice.pinned_empty`` arrays are made
+    of. ``memory_limit`` caps the page-locked bytes held (in use + cached), ``max_alloc_size``
+    one array; beyond either the allocation raises ResourceExhaustedError and the caller
+    falls back to ordinary memory. Blocks are freed only when the cap makes room (or by
+    ``trim``): allocating page-locked memory is slow, reusing it is free."""
+
+    name = "pinned"
+    block_type = PinnedBlock
+
+    def __init__(self, device_name: str, driver, memory_limit: int | None, max_alloc_size: int | None = None):
+        super().__init__(f"{device_name} (page-locked host memory)", memory_limit)
+        self.driver = driver
+        self.max_alloc_size = max_alloc_size
+
+    def _block(self, raw, nbytes: int, size: int) -> PinnedBlock:
+        return PinnedBlock(raw, nbytes, size, self._returns, raw.ctypes.data)
+
+    def _alloc(self, nbytes: int):
+        try:
+            return self.driver.host_alloc(nbytes)
+        except OutOfMemory as e:
+            raise MemoryError(str(e)) from None
+
+    def _free(self, raw, nbytes: int) -> None:
+        self.driver.host_free(raw)

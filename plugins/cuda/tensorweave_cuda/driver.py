@@ -25,7 +25,19 @@ class OutOfMemory(Exception):  # noqa: N818 - the driver's word for it
 
 
 class DriverError(Exception):
-    """A CUDA call failed (message from the driver)."""
+    """A CUDA call failed (message from the driver). Kernels' failures that the driver
+    reports asynchronously (an illegal address, say) surface as this at the next call that
+    waits for the device: ``synchronize``, ``event_sync``, a copy, or the next launch."""
+
+
+class LaunchError(DriverError):
+    """A kernel (or a cuBLAS call) could not be launched. The kernel wrapper in
+    ``kernels/util.py`` turns it into an InternalError naming the node."""
+
+
+# Page-locked host memory: copies from it run as DMA without the driver's own staging, and
+# asynchronously. ``host_alloc`` gives a 1-D uint8 NumPy array of ``nbytes`` (the handle).
+PINNED_ALIGN = 4096
 
 
 class PyCudaDriver:
@@ -58,6 +70,10 @@ class PyCudaDriver:
         with self.activate():
             self.stream = cuda.Stream()
         self._peers: set = set()
+        # Counters (plain integers: a benchmark reads them around a step).
+        self.launches = 0   # kernels and cuBLAS calls queued
+        self.last_node = None  # "<Op> node '<name>'" that last ran a kernel here (kernels/util.py)
+        self.copies = {"htod": 0, "dtoh": 0, "dtod": 0, "peer": 0}
 
     def _attribute(self, name: str) -> int:
         """A device attribute, 0 where this PyCUDA/driver does not know it."""
@@ -88,32 +104,69 @@ class PyCudaDriver:
         return int(free), int(total)
 
     def mem_alloc(self, nbytes: int):
+        cuda = self.cuda
         with self.activate():
             try:
-                return self.cuda.mem_alloc(nbytes)
-            except self.cuda.MemoryError as e:
-                raise OutOfMemory(str(e)) from None
+                return cuda.mem_alloc(nbytes)
+            except cuda.MemoryError as e:
+                raise OutOfMemory(f"cuMemAlloc of {nbytes} bytes: {e}") from None
+            except cuda.Error as e:
+                raise DriverError(f"cuMemAlloc of {nbytes} bytes: {e}") from None
 
     def mem_free(self, handle) -> None:
         with self.activate():
-            handle.free()
+            try:
+                handle.free()
+            except self.cuda.Error as e:
+                raise DriverError(f"cuMemFree: {e}") from None
+
+    def host_alloc(self, nbytes: int):
+        """``nbytes`` of page-locked host memory (portable: any context may copy from it) as a
+        1-D uint8 array; OutOfMemory when the driver refuses."""
+        cuda = self.cuda
+        with self.activate():
+            try:  # (shape, dtype, order, mem_flags), as PyCUDA documents it
+                return cuda.pagelocked_empty((nbytes,), "uint8", "C", cuda.host_alloc_flags.PORTABLE)
+            except cuda.Error as e:
+                raise OutOfMemory(f"cuMemHostAlloc of {nbytes} bytes: {e}") from None
+
+    def host_free(self, handle) -> None:
+        with self.activate():
+            try:
+                handle.base.free()
+            except self.cuda.Error as e:
+                raise DriverError(f"cuMemFreeHost: {e}") from None
 
     @staticmethod
     def pointer(handle) -> int:
         return int(handle)
 
     # -- copies (all on the stream) ----------------------------------------------------------
+    # From/to page-locked memory these are asynchronous DMA; from/to pageable memory the
+    # driver stages them (and the call returns once the host side is done with ``array``).
     def htod(self, ptr: int, array) -> None:
         with self.activate():
-            self.cuda.memcpy_htod_async(ptr, array, self.stream)
+            try:
+                self.cuda.memcpy_htod_async(ptr, array, self.stream)
+            except self.cuda.Error as e:
+                raise DriverError(f"copy of {array.nbytes} bytes to the device: {e}") from None
+        self.copies["htod"] += 1
 
     def dtoh(self, array, ptr: int) -> None:
         with self.activate():
-            self.cuda.memcpy_dtoh_async(array, ptr, self.stream)
+            try:
+                self.cuda.memcpy_dtoh_async(array, ptr, self.stream)
+            except self.cuda.Error as e:
+                raise DriverError(f"copy of {array.nbytes} bytes to the host: {e}") from None
+        self.copies["dtoh"] += 1
 
     def dtod(self, dst: int, src: int, nbytes: int) -> None:
         with self.activate():
-            self.cuda.memcpy_dtod_async(dst, src, nbytes, self.stream)
+            try:
+                self.cuda.memcpy_dtod_async(dst, src, nbytes, self.stream)
+            except self.cuda.Error as e:
+                raise DriverError(f"device-to-device copy of {nbytes} bytes: {e}") from None
+        self.copies["dtod"] += 1
 
     def can_access_peer(self, other: PyCudaDriver) -> bool:
         if other is self or getattr(other, "kind", None) != self.kind:
@@ -132,32 +185,51 @@ class PyCudaDriver:
                 except self.cuda.Error:
                     pass  # already enabled, or copies go through the driver's staging
                 self._peers.add(dst_driver.ordinal)
-            self.cuda.memcpy_peer_async(dst, src, nbytes, dest_context=dst_driver.context,
-                                        src_context=self.context, stream=self.stream)
+            try:
+                self.cuda.memcpy_peer_async(dst, src, nbytes, dest_context=dst_driver.context,
+                                            src_context=self.context, stream=self.stream)
+            except self.cuda.Error as e:
+                raise DriverError(f"peer copy of {nbytes} bytes to GPU {dst_driver.ordinal}: {e}") from None
+        self.copies["peer"] += 1
 
     # -- ordering ----------------------------------------------------------------------------
     def record(self):
         """An event marking everything issued to the stream so far."""
+        cuda = self.cuda
         with self.activate():
-            ev = self.cuda.Event(self.cuda.event_flags.DISABLE_TIMING)
-            ev.record(self.stream)
+            try:
+                ev = cuda.Event(cuda.event_flags.DISABLE_TIMING)
+                ev.record(self.stream)
+            except cuda.Error as e:
+                raise DriverError(f"recording an event: {e}") from None
         return ev
 
     def wait(self, event) -> None:
         """Later work on this stream waits for ``event`` (possibly another device's)."""
         with self.activate():
-            self.stream.wait_for_event(event)
+            try:
+                self.stream.wait_for_event(event)
+            except self.cuda.Error as e:
+                raise DriverError(f"ordering the stream after an event: {e}") from None
 
-    @staticmethod
-    def event_done(event) -> bool:
-        return bool(event.query())
+    def event_done(self, event) -> bool:
+        try:
+            return bool(event.query())
+        except self.cuda.Error as e:
+            raise DriverError(f"querying an event: {e}") from None
 
     def event_sync(self, event) -> None:
-        event.synchronize()
+        try:
+            event.synchronize()
+        except self.cuda.Error as e:
+            raise DriverError(f"waiting for the device: {e}") from None
 
     def synchronize(self) -> None:
         with self.activate():
-            self.stream.synchronize()
+            try:
+                self.stream.synchronize()
+            except self.cuda.Error as e:
+                raise DriverError(f"waiting for the device: {e}") from None
 
     @property
     def stream_handle(self) -> int:
@@ -177,7 +249,11 @@ class PyCudaDriver:
 
     def launch(self, function, grid: tuple, block: tuple, args: tuple) -> None:
         with self.activate():
-            function.prepared_async_call(grid, block, self.stream, *args)
+            try:
+                function.prepared_async_call(grid, block, self.stream, *args)
+            except self.cuda.Error as e:
+                raise LaunchError(f"grid {tuple(grid)}, block {tuple(block)}: {e}") from None
+        self.launches += 1
 
     def open_blas(self):
         from tensorweave_cuda.blas import CuBlas

@@ -1,7 +1,14 @@
 """What every op family's kernels share: registering a factory for the GPU device type with
 the context made current around each call, launching a grid-stride kernel, and reading
 values that arrived in host memory. (Axes are normalised by the core's
-``tensorweave.kernels.axes.norm_axis``.)"""
+``tensorweave.kernels.axes.norm_axis``.)
+
+Driver failures inside a kernel become ``InternalError`` naming the node: a launch the
+driver refuses (or a cuBLAS error status) as "<Op> node '<name>' on <device>: kernel launch
+failed: <kernel> (grid, block): <driver message>"; a failure reported while waiting for the
+device (a kernel queued earlier failed: CUDA reports it asynchronously) as "...: CUDA error
+...". Each wrapped node also leaves its name on the driver (``last_node``), so a failure
+reported later (at a fetch's copy) can say which node queued work last."""
 
 from __future__ import annotations
 
@@ -9,6 +16,7 @@ import numpy as np
 
 from tensorweave.framework import errors
 from tensorweave_cuda import plan
+from tensorweave_cuda.driver import DriverError, LaunchError
 from tensorweave_cuda.kernels import catalog
 from tensorweave_cuda.tensor import GPUTensor
 
@@ -29,15 +37,29 @@ def register(reg, op: str, device_type: str, factory, dtypes=None, attr: str = "
 def _activating(factory):
     def wrapped_factory(ctx):
         compute = factory(ctx)
-        activate = ctx.device.driver.activate
+        drv = ctx.device.driver
+        activate = drv.activate
+        where = f"{ctx.op_type} node '{ctx.node_name}'"
 
         def compute_on_device(*args):
+            drv.last_node = where
             with activate():
-                return compute(*args)
+                try:
+                    return compute(*args)
+                except DriverError as e:
+                    raise driver_failure(ctx, e) from e
         compute_on_device.__name__ = getattr(compute, "__name__", "compute")
         return compute_on_device
     wrapped_factory.__name__ = getattr(factory, "__name__", "factory")
     return wrapped_factory
+
+
+def driver_failure(ctx, e: DriverError) -> errors.InternalError:
+    """The InternalError for a driver failure inside node ``ctx`` (see the module docstring)."""
+    if isinstance(e, LaunchError):
+        return ctx.error(errors.InternalError, f"kernel launch failed: {e}")
+    return ctx.error(errors.InternalError, f"CUDA error (a kernel queued on {ctx.device.name} before "
+                                           f"or by this node failed; CUDA reports it asynchronously): {e}")
 
 
 def launch(dev, ref: catalog.KernelRef, n: int, *args, dt: catalog.DType | None = None) -> None:
@@ -45,7 +67,10 @@ def launch(dev, ref: catalog.KernelRef, n: int, *args, dt: catalog.DType | None 
     if n <= 0:
         return
     grid, block = plan.launch_dims(n)
-    dev.programs.kernel(ref, dt)(grid, block, *args)
+    try:
+        dev.programs.kernel(ref, dt)(grid, block, *args)
+    except LaunchError as e:
+        raise LaunchError(f"{ref.name} {e}") from None
 
 
 def launch_rows(dev, ref: catalog.KernelRef, rows: int, length: int, *args) -> None:
@@ -53,7 +78,10 @@ def launch_rows(dev, ref: catalog.KernelRef, rows: int, length: int, *args) -> N
     if rows <= 0:
         return
     grid, block = plan.row_launch(rows, length)
-    dev.programs.kernel(ref)(grid, block, *args)
+    try:
+        dev.programs.kernel(ref)(grid, block, *args)
+    except LaunchError as e:
+        raise LaunchError(f"{ref.name} {e}") from None
 
 
 def host(dev, x) -> np.ndarray:

@@ -12,6 +12,11 @@ exactly as PyCUDA would pack them, so the launch contract is exercised too.
 ``EmuBlas`` runs the column-major GEMM cuBLAS would be asked for (NumPy on the raw buffers),
 so the row-major-to-column-major mapping of ``blas.gemm_plan`` is checked end to end.
 
+Page-locked host memory (``host_alloc``) is ordinary, page-aligned host memory here.
+``inject_failure`` makes the next launch, cuBLAS call or wait fail as the real driver would
+(for the error-path tests), and ``plugin`` registers emulated GPUs as device type ``CUDAEMU``
+outside pytest (``benchmarks/gpu.py --device /device:CUDAEMU:0``).
+
 What this cannot show: PyCUDA API use, real GPU memory/timing, warp-level behaviour, races
 between blocks (blocks run one at a time), and cuBLAS itself.
 """
@@ -30,7 +35,8 @@ from pathlib import Path
 
 import numpy as np
 
-from tensorweave_cuda.driver import DriverError, OutOfMemory
+from tensorweave.plugins import hookimpl
+from tensorweave_cuda.driver import PINNED_ALIGN, DriverError, LaunchError, OutOfMemory
 from tensorweave_cuda.kernels import catalog, source_text
 
 SHIM = Path(__file__).resolve().parent / "emu.h"
@@ -180,11 +186,41 @@ class EmuDriver:
         self._used = 0
         self._lock = threading.Lock()
         self.launches = 0
+        self.last_node = None
         self.copies = {"htod": 0, "dtoh": 0, "dtod": 0, "peer": 0}
+        self.pinned_live: dict[int, np.ndarray] = {}
+        self._failures: dict[str, list] = {}   # where -> [message, times left]
+        self._async_error: str | None = None   # reported by the next wait, as CUDA does
 
     @contextlib.contextmanager
     def activate(self):
         yield
+
+    # -- failure injection (tests) ---------------------------------------------------------------
+    def inject_failure(self, where: str, message: str = "unspecified launch failure", times: int = 1) -> None:
+        """The next ``times`` calls fail with ``message``, as the real driver reports it:
+        ``"launch"`` (a kernel launch is refused), ``"gemm"`` (a cuBLAS call returns an error
+        status), ``"async"`` (a kernel launches, then the next wait or launch reports its failure,
+        like an illegal address), ``"sync"`` (waiting for the stream fails)."""
+        if where not in ("launch", "gemm", "async", "sync"):
+            raise ValueError(f"unknown failure point {where!r}")
+        self._failures[where] = [message, times]
+
+    def _take_failure(self, where: str) -> str | None:
+        f = self._failures.get(where)
+        if not f:
+            return None
+        f[1] -= 1
+        if f[1] <= 0:
+            del self._failures[where]
+        return f[0]
+
+    def _raise_pending(self, what: str) -> None:
+        msg = self._take_failure("sync")
+        if msg is None and self._async_error is not None:
+            msg, self._async_error = self._async_error, None
+        if msg is not None:
+            raise DriverError(f"{what}: {msg}")
 
     # -- memory --------------------------------------------------------------------------------
     def mem_get_info(self):
@@ -211,6 +247,20 @@ class EmuDriver:
     @staticmethod
     def pointer(handle) -> int:
         return handle.ctypes.data
+
+    def host_alloc(self, nbytes: int) -> np.ndarray:
+        """"Page-locked" host memory: plain page-aligned host memory in the emulator."""
+        buf = np.empty(nbytes + PINNED_ALIGN, np.uint8)
+        off = (-buf.ctypes.data) % PINNED_ALIGN
+        arr = buf[off:off + nbytes]
+        with self._lock:
+            self.pinned_live[arr.ctypes.data] = arr
+        return arr
+
+    def host_free(self, handle) -> None:
+        with self._lock:
+            if self.pinned_live.pop(handle.ctypes.data, None) is None:
+                raise DriverError("cuMemFreeHost of a pointer that is not allocated (double free?)")
 
     def _check(self, ptr: int, nbytes: int, what: str):
         for base, arr in self._live.items():
@@ -257,10 +307,12 @@ class EmuDriver:
         return True
 
     def event_sync(self, event) -> None:
-        pass
+        if self._failures or self._async_error:
+            self._raise_pending("waiting for the device")
 
     def synchronize(self) -> None:
-        pass
+        if self._failures or self._async_error:
+            self._raise_pending("waiting for the device")
 
     # -- code ----------------------------------------------------------------------------------
     def compile(self, source: str, options: list[str]) -> EmuModule:
@@ -291,13 +343,26 @@ class EmuDriver:
         return EmuFunction(module, name, arg_format)
 
     def launch(self, function: EmuFunction, grid: tuple, block: tuple, args: tuple) -> None:
+        if self._async_error is not None:  # a sticky error: every later call reports it
+            raise LaunchError(f"grid {tuple(grid)}, block {tuple(block)}: {self._async_error}")
+        if self._failures:
+            msg = self._take_failure("launch")
+            if msg is not None:
+                raise LaunchError(f"grid {tuple(grid)}, block {tuple(block)}: {msg}")
+            msg = self._take_failure("async")
+            if msg is not None:
+                self._async_error = msg
+                self.launches += 1
+                return
         gx, bx = int(grid[0]), int(block[0])
         if not (0 < gx < 2**31 and 0 < bx <= 1024) or tuple(grid[1:]) not in ((), (1,), (1, 1)) \
                 or tuple(block[1:]) not in ((), (1,), (1, 1)):
-            raise DriverError(f"{function.name}: invalid launch configuration grid={grid} block={block}")
+            raise LaunchError(f"grid {tuple(grid)}, block {tuple(block)}: invalid launch configuration "
+                              "(emulated CUDA_ERROR_INVALID_VALUE)")
         rc = function.fn(gx, bx, *function.pack(args))
         if rc:
-            raise DriverError(f"{function.name}: the OpenMP runtime did not give {bx} threads per block")
+            raise LaunchError(f"grid {tuple(grid)}, block {tuple(block)}: the OpenMP runtime did not give "
+                              f"{bx} threads per block (emulator)")
         self.launches += 1
 
     def open_blas(self):
@@ -343,6 +408,52 @@ class EmuBlas:
             raise DriverError("CUBLAS_STATUS_INVALID_VALUE: a leading dimension is too small")
         opa = a if call.transa == 0 else a.T
         opb = b if call.transb == 0 else b.T
+        msg = self.driver._take_failure("gemm") if self.driver._failures else None
+        if msg is not None:
+            raise LaunchError(f"cublas{'S' if dtype == 'float32' else 'D'}gemm_v2 (m={m}, n={n}, k={k}): {msg}")
         c = self._matrix(c_ptr, dtype, m, n, call.ldc)
         c[...] = opa @ opb
         self.calls += 1
+        self.driver.launches += 1
+
+
+class EmulatorPlugin:
+    """A tensorweave plugin of ``count`` emulated GPUs (device type ``device_type``) with the
+    CUDA plugin's kernels and allocators; ``capacity`` bytes of memory each."""
+
+    def __init__(self, count: int = 2, capacity: int = 256 << 20, device_type: str = "CUDAEMU"):
+        from tensorweave_cuda.device import CUDADeviceFactory
+
+        self.device_type = device_type
+        self.factory = CUDADeviceFactory(count, lambda i: EmuDriver(i, capacity=capacity), device_type)
+
+    @hookimpl
+    def tensorweave_device_factories(self):
+        return [self.factory]
+
+    @hookimpl
+    def tensorweave_register_kernels(self, registry):
+        from tensorweave_cuda import kernels
+
+        kernels.register_all(registry, self.device_type)
+
+    @hookimpl
+    def tensorweave_register_allocators(self, registry):
+        from tensorweave_cuda.allocator import CUDAAllocator, CUDAPoolAllocator
+
+        registry.register(self.device_type, "default", CUDAAllocator.for_device)
+        registry.register(self.device_type, "pool", CUDAPoolAllocator.for_device)
+
+
+def plugin(count: int = 1, capacity: int = 1 << 30, device_type: str = "CUDAEMU") -> EmulatorPlugin:
+    """Register emulated GPUs with tensorweave (outside the tests' fixtures). DriverError when
+    the emulator cannot run here (no C++ compiler)."""
+    from tensorweave import plugins
+
+    reason = unavailable_reason()
+    if reason is not None:
+        raise DriverError(reason)
+    plug = EmulatorPlugin(count, capacity, device_type)
+    plugins.register_plugin(plug, name=f"cuda-emulator-{device_type.lower()}",
+                            distribution="tensorweave_cuda.testing.emulator")
+    return plug
