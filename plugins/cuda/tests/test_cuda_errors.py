@@ -54,17 +54,17 @@ def _session(build):
 def test_tensor_larger_than_the_gpu_is_resource_exhausted_and_the_session_goes_on(driver):
     def build():
         with tw.device(DEV):
-            big = tw.zeros([60000, 60000, 10], name="big")   # 144 GB of float32
+            big = tw.zeros([100000, 100000, 10], name="big")   # 400 GB of float32
             small = tw.reduce_sum(tw.ones([1000, 100]) * 2.0, name="small")
         return big, small
 
     g, (big, small), s = _session(build)
     with s:
         with pytest.raises(errors.ResourceExhaustedError) as info:
-            s.run(big)
+            s.run(big.op)  # a target: were it to fit, nothing is copied to the host
         msg = str(info.value)
         assert "node 'big'" in msg and "device:CUDAEMU:0" in msg, msg
-        assert "asked for 144000000000 bytes" in msg, msg
+        assert "asked for 400000000000 bytes" in msg, msg
         # the same Session still runs, and nothing of the failed step is held
         assert s.run(small) == pytest.approx(200000.0)
         assert s.run(small) == pytest.approx(200000.0)
