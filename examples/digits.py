@@ -3,6 +3,7 @@
     python examples/digits.py                 # both models
     python examples/digits.py --model cnn --epochs 30
     python examples/digits.py --device /device:GPU:0   # every node on that device
+    python examples/digits.py --trace /tmp/digits-trace  # also a timeline of one training step
 
 The data set ships inside scikit-learn (1797 8x8 images, no download). 20% of it, stratified,
 is held out for the final test accuracy. Prints a progress bar (on a terminal) or one line
@@ -13,12 +14,14 @@ from __future__ import annotations
 
 import argparse
 import collections
+import os
 import sys
 import time
 
 import numpy as np
 
 import tensorweave as tw
+from tensorweave.tools.timeline import Timeline
 
 
 def load_data(seed: int = 0):
@@ -77,12 +80,13 @@ class Progress:
 
 
 def train(model: str = "mlp", epochs: int | None = None, batch_size: int = 64, seed: int = 0,
-          quiet: bool = False, device: str | None = None) -> float:
+          quiet: bool = False, device: str | None = None, trace: str | None = None) -> float:
     """Train one model; returns its accuracy on the held-out 20%.
 
     ``device`` (e.g. ``"/device:GPU:0"``) puts every node of the graph there, with soft
     placement off: a node without a kernel for it is an error naming the node, never a silent
-    fallback to the CPU."""
+    fallback to the CPU. ``trace``: a directory to write the Chrome trace of the last
+    training step to (``<model>_step.json``; open it in https://ui.perfetto.dev)."""
     build, default_epochs, lr = MODELS[model]
     epochs = epochs or default_epochs
     x_train, x_test, y_train, y_test = load_data(seed)
@@ -114,8 +118,20 @@ def train(model: str = "mlp", epochs: int | None = None, batch_size: int = 64, s
             total_loss = total_correct = 0.0
             for i in range(steps):
                 idx = order[i * batch_size:(i + 1) * batch_size]
-                _, batch_loss, batch_acc = sess.run([train_op, loss, accuracy],
-                                   {x: x_train[idx], y: y_train[idx], keep_prob: 0.8})
+                # The last step, warmed up, is the one traced.
+                traced = trace is not None and epoch == epochs and i == steps - 1
+                md = tw.RunMetadata() if traced else None
+                _, batch_loss, batch_acc = sess.run(
+                    [train_op, loss, accuracy], {x: x_train[idx], y: y_train[idx], keep_prob: 0.8},
+                    options=tw.RunOptions(trace_level=tw.RunOptions.FULL_TRACE) if traced else None,
+                    run_metadata=md)
+                if traced:
+                    os.makedirs(trace, exist_ok=True)
+                    path = os.path.join(trace, f"{model}_step.json")
+                    with open(path, "w") as f:
+                        f.write(Timeline(md.step_stats, graph=g).generate_chrome_trace_format(show_memory=True))
+                    if not quiet:
+                        print(f"[{model}] timeline of one training step ({len(md.step_stats)} nodes): {path}")
                 total_loss += batch_loss * len(idx)
                 total_correct += batch_acc * len(idx)
                 progress.step(epoch, i)
@@ -132,9 +148,11 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="put every node on this device, e.g. /device:GPU:0")
+    ap.add_argument("--trace", metavar="DIR", default=None,
+                    help="write a Chrome trace of one training step per model to DIR (Perfetto UI, chrome://tracing)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    results = {m: train(m, args.epochs, seed=args.seed, device=args.device)
+    results = {m: train(m, args.epochs, seed=args.seed, device=args.device, trace=args.trace)
                for m in (["mlp", "cnn"] if args.model == "both" else [args.model])}
     print(f"done in {time.perf_counter() - t0:.1f}s: " + ", ".join(f"{m} {a:.4f}" for m, a in results.items()))
     return 0

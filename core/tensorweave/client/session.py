@@ -6,10 +6,17 @@ one pass over the compiled steps, and re-packing the fetched values into the cal
 structure. A target other than this process ("grpc://host:port", a cluster config) makes the
 session a registered factory provides (``register_session_factory``; the distributed runtime
 registers its own), as TensorFlow's SessionFactory registry does.
+
+Tracing: ``RunOptions(trace_level=FULL_TRACE)`` with a ``RunMetadata`` records the step into
+``run_metadata.step_stats`` (``runtime/step.py``'s collector; a separate executor loop, so
+untraced steps do no extra work). With ``TENSORWEAVE_TRACE_DIR`` set when a Session is made
+(``tensorweave trace SCRIPT.py`` sets it), every run of that session is traced and written to
+that directory as a Chrome trace (``client/timeline.py``).
 """
 
 from __future__ import annotations
 
+import dataclasses
 import itertools
 import os
 import threading
@@ -17,20 +24,34 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 
 from tensorweave import plugins
+from tensorweave.client import timeline
 from tensorweave.client.plan import Plan, structure_key, user_error
 from tensorweave.framework import errors
 from tensorweave.framework import graph as graph_mod
 from tensorweave.passes.cost_model import CostModel
-from tensorweave.runtime.config import ConfigProto, RunOptions
+from tensorweave.runtime.config import ConfigProto, RunMetadata, RunOptions
 from tensorweave.runtime.containers import SessionResources, process_resources
 from tensorweave.runtime.device import create_local_devices
 from tensorweave.runtime.rendezvous import LocalRendezvous
-from tensorweave.runtime.step import StepContext
+from tensorweave.runtime.step import StepContext, StepStatsCollector
 
 _session_ids = itertools.count(1)
 
 # (name, accepts(target, config) -> bool, Session subclass), tried in registration order.
 _session_factories: list[tuple[str, Callable, type]] = []
+
+
+TRACE_DIR_ENV = "TENSORWEAVE_TRACE_DIR"
+
+
+def forced_trace(options, run_metadata):
+    """``options`` with FULL_TRACE and a ``RunMetadata`` to fill (the caller's, or a new one):
+    what a run of a session made under ``TENSORWEAVE_TRACE_DIR`` uses."""
+    if options is None:
+        options = RunOptions(trace_level=RunOptions.FULL_TRACE)
+    elif not options.trace_level:
+        options = dataclasses.replace(options, trace_level=RunOptions.FULL_TRACE)
+    return options, run_metadata if run_metadata is not None else RunMetadata()
 
 
 def register_session_factory(name: str, accepts: Callable, session_class: type) -> None:
@@ -91,6 +112,8 @@ class Session:
         self._active_steps: set = set()
         self._lock = threading.Lock()
         self._default_ctx = None
+        # Read once here, never per run: every run of this session is traced and written there.
+        self._trace_dir = os.environ.get(TRACE_DIR_ENV) or None
 
     graph = property(lambda self: self._graph)
     sess_str = property(lambda self: "")
@@ -108,6 +131,8 @@ class Session:
         them), feeding ``feed_dict`` ({Tensor or "name:0": value}) in place of tensors."""
         if self._closed:
             raise errors.FailedPreconditionError("attempted to use a closed Session")
+        if self._trace_dir is not None:
+            options, run_metadata = forced_trace(options, run_metadata)
         plan = self._plan_for(fetches, feed_dict or ())
         # in the plan's order of the feeds, whatever the order of this feed_dict
         feed_vals = [conv(feed_dict[k]) for conv, k in zip(plan.converters, plan.feed_keys)] if plan.feed_keys else ()
@@ -116,6 +141,8 @@ class Session:
         except errors.OpError as e:
             plan.user_error(e)
             raise
+        if self._trace_dir is not None:
+            timeline.write_step_trace(self._trace_dir, run_metadata.step_stats, self._graph)
         return plan.mapper.build(out)
 
     def _execute(self, plan: Plan, feed_vals, options, run_metadata):
@@ -125,7 +152,7 @@ class Session:
         elif self._config.operation_timeout_in_ms:
             timeout = self._config.operation_timeout_in_ms / 1000.0
         tracing = options is not None and options.trace_level and run_metadata is not None
-        stats = run_metadata.step_stats if tracing else None
+        stats = StepStatsCollector() if tracing else None
         if plan.partitions is not None:
             out = self._execute_partitions(plan, feed_vals, options, timeout, stats)
         else:
@@ -138,12 +165,13 @@ class Session:
                 finally:
                     self._active_steps.discard(step)
             elif tracing:
-                out = part.run_traced(feed_vals, step, run_metadata.step_stats)
+                out = part.run_traced(feed_vals, step, stats)
             else:
                 out = part.run_sequential(feed_vals, step)
         if run_metadata is not None:
             if tracing:
-                self._cost_model.record(run_metadata.step_stats)
+                run_metadata.set_step_stats_builder(stats.step_stats)
+                self._cost_model.record(stats.cost_records())
             run_metadata.placement = dict(plan.placement)
             if options is not None and getattr(options, "output_partition_graphs", False):
                 run_metadata.partition_graphs = plan.partition_graphs()

@@ -14,6 +14,16 @@ background thread asks every task for ``Health`` every ``health_check_interval``
 aborts the step on every task (``AbortStep``), and the client gets the first real error
 (``UnavailableError`` for a lost task). The plans registered on a task that restarts are
 registered again on the next step.
+
+Tracing: a step run with ``RunOptions(trace_level=FULL_TRACE)`` asks every task for its
+stats (``"trace": true`` in RunGraph); each returns its partitions' ``StepStats`` on its own
+wall clock, and the master merges them onto its clock. A task's offset is estimated the way
+NTP does, from a request stamped by the master when sent (t0) and when answered (t3) and by
+the task when taken up (t1) and replied to (t2): offset = ((t1 - t0) + (t2 - t3)) / 2, and
+the true offset lies within (t3 - t0 - (t2 - t1)) / 2 of it (``ClockOffsets``). Samples
+come from the traced RunGraph itself and from the periodic Health checks; the one with the
+smallest bound, aged by a worst-case clock drift of 100 ppm, is used. Each task's estimate
+and bound are in ``StepStats.clock_offsets``.
 """
 
 from __future__ import annotations
@@ -21,6 +31,7 @@ from __future__ import annotations
 import os
 import random
 import threading
+import time
 from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor
 from concurrent.futures import wait as wait_futures
 
@@ -30,8 +41,9 @@ from tensorweave.client.plan import Plan
 from tensorweave.client.session import Session, register_session_factory
 from tensorweave.distributed import wire
 from tensorweave.distributed.transport import Security, get_transport
-from tensorweave.distributed.worker import RemoteDevice, task_of_device
+from tensorweave.distributed.worker import RemoteDevice, task_of_device, task_prefix
 from tensorweave.framework import errors
+from tensorweave.runtime.config import StepStats
 
 _step_seed = random.SystemRandom()
 
@@ -139,6 +151,7 @@ class DistributedSession(Session):
         if not self._devices:
             raise errors.UnavailableError(f"no devices in the cluster at {target!r}")
         self._incarnations: dict = {}
+        self._clocks = ClockOffsets()
         self._health = _HealthChecker(self, _health_interval(cfg), _health_timeout(cfg))
         self._health.start()
 
@@ -173,6 +186,8 @@ class DistributedSession(Session):
         for task, info in tasks:
             if info["handle"] is None or info["incarnation"] != self._incarnations.get(task):
                 self._register(plan, task, info, timeout or 60.0)
+        tracing = bool(options is not None and options.trace_level and run_metadata is not None)
+        traced = {}  # task -> (response header, sent, answered) of a traced step
         step = _Step(step_id, [t for t, _ in tasks])
         self._active_steps.add(step)
         try:
@@ -180,8 +195,13 @@ class DistributedSession(Session):
             for task, info in tasks:
                 header = {"handle": info["handle"], "step_id": step_id, "timeout": timeout}
                 values = [np.asarray(feed_vals[i]) for i in info["feed_index"]]
-                futures[task] = self._rpc.submit(self._client(*task).call, "RunGraph", header, values,
-                                                 None if timeout is None else timeout + 5.0)
+                call = self._client(*task).call
+                rpc_timeout = None if timeout is None else timeout + 5.0
+                if tracing:
+                    header["trace"] = True
+                    futures[task] = self._rpc.submit(_stamped, call, "RunGraph", header, values, rpc_timeout)
+                else:
+                    futures[task] = self._rpc.submit(call, "RunGraph", header, values, rpc_timeout)
             results, errs = {}, []
             pending = dict(futures)
             while pending:
@@ -190,7 +210,11 @@ class DistributedSession(Session):
                 done, _ = wait_futures(list(pending.values()), timeout=0.05, return_when=FIRST_COMPLETED)
                 for task in [t for t, f in pending.items() if f in done]:
                     try:
-                        results[task] = pending.pop(task).result()[1]
+                        if tracing:
+                            (hdr, results[task]), sent, answered = pending.pop(task).result()
+                            traced[task] = (hdr, sent, answered)
+                        else:
+                            results[task] = pending.pop(task).result()[1]
                     except errors.OpError as e:
                         if isinstance(e, errors.NotFoundError) and _UNKNOWN_GRAPH in e.message:
                             # The task restarted since this plan was registered: every plan
@@ -217,7 +241,28 @@ class DistributedSession(Session):
             self._rpc.submit(self._cleanup, step)
         if run_metadata is not None:
             run_metadata.placement = dict(plan.placement)
+            if tracing:
+                self._merge_step_stats(run_metadata, traced)
         return [feed_vals[i] if src == "feed" else results[src][i] for src, i in plan.fetch_sources]
+
+    def _merge_step_stats(self, run_metadata, traced) -> None:
+        """Every task's stats on this process's clock, in ``run_metadata.step_stats``. The
+        offsets are estimated now (from this step's stamps and the recent Health samples);
+        the stats themselves are decoded when first read."""
+        parts = []
+        for task, (header, sent, answered) in traced.items():
+            where = f"the step stats of /job:{task[0]}/task:{task[1]}"
+            offset, error, source = self._clocks.estimate(task, sent, answered, header.get("clock"), where)
+            parts.append((task, header.get("step_stats", {}), where, offset, error, source))
+
+        def build():
+            merged = StepStats()
+            for task, encoded, where, offset, error, source in parts:
+                merged.merge(wire.decode_step_stats(encoded, where), offset)
+                merged.clock_offsets[task_prefix(*task)] = {"offset_nanos": offset, "error_nanos": error,
+                                                            "source": source}
+            return merged
+        run_metadata.set_step_stats_builder(build)
 
     def _abort(self, step, error):
         # Every task at once: a hung task must not delay the abort on the others.
@@ -331,13 +376,64 @@ class _HealthChecker:
 
     def _check(self, task):
         try:
+            sent = time.time_ns()
             header, _ = self.session._client(*task).call("Health", {}, timeout=self.timeout)
+            answered = time.time_ns()
             self.session.task_seen(task, header.get("started"))
+            clock = header.get("clock_ns")
+            if isinstance(clock, int) and not isinstance(clock, bool):
+                self.session._clocks.sample(task, sent, answered, clock, clock)
         except errors.OpError as e:
             if not self._stop.is_set():
                 self.session.task_lost(task, e)
 
 
+
+
+def _stamped(call, *args):
+    """``call(*args)`` with the wall-clock times it was sent and answered (a traced step's
+    RunGraph: the stamps of its clock-offset estimate)."""
+    sent = time.time_ns()
+    out = call(*args)
+    return out, sent, time.time_ns()
+
+
+# How fast two clocks may drift apart: 100 ppm, a crystal without NTP's discipline (NTP keeps
+# them far closer). A stored sample's bound grows by this much per second of its age.
+CLOCK_DRIFT = 1e-4
+
+
+class ClockOffsets:
+    """Per task, the best recent estimate of (the task's wall clock - this process's), NTP
+    style (see the module docstring): each sample gives an offset and an error bound; a
+    stored sample's bound grows with its age by ``CLOCK_DRIFT``."""
+
+    def __init__(self):
+        self._best: dict = {}   # task -> (offset ns, error ns, when taken on our clock, source)
+        self._lock = threading.Lock()
+
+    def sample(self, task, sent, answered, received, replied, source="Health") -> tuple[int, int, str]:
+        """A request sent and answered at ``sent``/``answered`` (our clock), taken up and
+        replied to at ``received``/``replied`` (the task's clock). Returns the best estimate
+        now, this sample or the stored one (this one is stored when it is the better)."""
+        offset = ((received - sent) + (replied - answered)) // 2
+        error = (max(0, (answered - sent) - (replied - received)) + 1) // 2
+        with self._lock:
+            old = self._best.get(task)
+            if old is not None:
+                aged = old[1] + int(max(0, answered - old[2]) * CLOCK_DRIFT)
+                if aged < error:
+                    return old[0], aged, old[3]
+            self._best[task] = (offset, error, answered, source)
+        return offset, error, source
+
+    def estimate(self, task, sent, answered, clock, where) -> tuple[int, int, str]:
+        """(offset, error bound, source) for a traced RunGraph sent/answered at these times
+        whose response carried ``clock`` ({"received_ns", "replied_ns"} on the task's clock)."""
+        if not isinstance(clock, dict) or not all(
+                isinstance(clock.get(k), int) and not isinstance(clock.get(k), bool) for k in ("received_ns", "replied_ns")):
+            raise errors.InvalidArgumentError(f"{where}: 'clock' must hold integer received_ns and replied_ns")
+        return self.sample(task, sent, answered, clock["received_ns"], clock["replied_ns"], "RunGraph")
 
 
 def _root_cause(errs, step_error):

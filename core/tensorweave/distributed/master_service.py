@@ -11,7 +11,9 @@ validated against the op registry — the server runs only registered ops), ``Ex
 (the graph grew: its new full GraphDef),
 ``RunStep`` (feeds by tensor name with their values, fetch and target names), and
 ``CloseSession``. Sessions are held per handle and closed by the client, or when the server
-stops.
+stops. A ``RunStep`` with a ``trace_level`` returns the step's merged stats (on the master
+service's clock) and the service's own stamps, from which the client moves them onto its
+clock the way the master does for each task (``master.ClockOffsets``).
 """
 
 from __future__ import annotations
@@ -19,20 +21,22 @@ from __future__ import annotations
 import itertools
 import os
 import threading
+import time
 
 import numpy as np
 
 from tensorweave import plugins
+from tensorweave.client import timeline
 from tensorweave.client.plan import FetchMapper, convert_feed_value
-from tensorweave.client.session import Session, register_session_factory
+from tensorweave.client.session import Session, forced_trace, register_session_factory
 from tensorweave.distributed import wire
-from tensorweave.distributed.master import DistributedSession
+from tensorweave.distributed.master import ClockOffsets, DistributedSession
 from tensorweave.distributed.transport import Security, get_transport, guarded
 from tensorweave.framework import errors
 from tensorweave.framework.graph import Graph
 from tensorweave.framework.importer import import_graph_def
 from tensorweave.framework.serialization import graph_to_dict
-from tensorweave.runtime.config import RunOptions
+from tensorweave.runtime.config import RunMetadata, RunOptions, StepStats
 
 MAX_SESSIONS = 256
 
@@ -60,8 +64,12 @@ class MasterService:
 
     def _new_session(self, gd, constants):
         srv = self._server
-        return DistributedSession(None, graph=self._graph(gd, constants), cluster=srv.worker.cluster,
+        sess = DistributedSession(None, graph=self._graph(gd, constants), cluster=srv.worker.cluster,
                                   transport=srv._control.name, security=srv._security)
+        # The client asks for traces (RunStep's trace_level) and writes them where it was told;
+        # a TENSORWEAVE_TRACE_DIR this server inherited is not for its clients' steps.
+        sess._trace_dir = None
+        return sess
 
     def create_session(self, payload: bytes) -> bytes:
         # The tensors are the graph's constants (wire.encode_graph_def), owned by the graph.
@@ -95,6 +103,7 @@ class MasterService:
 
     def run_step(self, payload: bytes) -> bytes:
         header, tensors = wire.decode_message(payload, copy=True)
+        received = time.time_ns()
         _, sess = self._lookup(header)
         feeds, fetches, targets = header.get("feeds", []), header.get("fetches", []), header.get("targets", [])
         for what, v in (("feeds", feeds), ("fetches", fetches), ("targets", targets)):
@@ -103,12 +112,21 @@ class MasterService:
         if len(tensors) != len(feeds):
             raise errors.InvalidArgumentError(f"RunStep: {len(tensors)} values for {len(feeds)} feeds")
         timeout = header.get("timeout_in_ms")
-        options = RunOptions(timeout_in_ms=int(timeout)) if isinstance(timeout, int) and timeout > 0 else None
+        trace_level = header.get("trace_level", 0)
+        if isinstance(trace_level, bool) or not isinstance(trace_level, int):
+            raise errors.InvalidArgumentError("RunStep: 'trace_level' must be an integer")
+        options = RunOptions(timeout_in_ms=int(timeout) if isinstance(timeout, int) and timeout > 0 else 0,
+                             trace_level=trace_level)
+        md = RunMetadata() if trace_level else None
         g = sess.graph
         feed_dict = {g.as_graph_element(n, allow_operation=False): v for n, v in zip(feeds, tensors)}
         values = sess.run([g.as_graph_element(n, allow_operation=False) for n in fetches]
-                          + [g.as_graph_element(n) for n in targets], feed_dict, options=options)
-        return wire.encode_response({"fetches": fetches}, list(values[:len(fetches)]))
+                          + [g.as_graph_element(n) for n in targets], feed_dict, options=options, run_metadata=md)
+        out = {"fetches": fetches}
+        if md is not None:
+            out["step_stats"] = wire.encode_step_stats(md.step_stats)
+            out["clock"] = {"received_ns": received, "replied_ns": time.time_ns()}
+        return wire.encode_response(out, list(values[:len(fetches)]))
 
     def close_session(self, payload: bytes) -> bytes:
         header, _ = wire.decode_message(payload)
@@ -139,6 +157,7 @@ class RemoteMasterSession(Session):
         self._target = target
         self._handle = None
         self._version = None
+        self._clocks = ClockOffsets()
 
     def placement(self, fetches, feed_dict=None):
         raise errors.UnimplementedError(
@@ -166,6 +185,8 @@ class RemoteMasterSession(Session):
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         if self._closed:
             raise errors.FailedPreconditionError("attempted to use a closed Session")
+        if self._trace_dir is not None:
+            options, run_metadata = forced_trace(options, run_metadata)
         mapper = FetchMapper(self._graph, fetches)
         self._sync_graph()
         feeds, values = [], []
@@ -177,8 +198,31 @@ class RemoteMasterSession(Session):
                   "targets": [op.name for op in mapper.targets]}
         if options is not None and options.timeout_in_ms:
             header["timeout_in_ms"] = int(options.timeout_in_ms)
-        _, out = self._call("RunStep", header, values)
+        tracing = bool(options is not None and options.trace_level and run_metadata is not None)
+        if tracing:
+            header["trace_level"] = int(options.trace_level)
+        sent = time.time_ns()
+        reply, out = self._call("RunStep", header, values)
+        if tracing:
+            run_metadata.step_stats = self._step_stats(reply, sent, time.time_ns())
+            if self._trace_dir is not None:
+                timeline.write_step_trace(self._trace_dir, run_metadata.step_stats, self._graph)
         return mapper.build(list(out))
+
+    def _step_stats(self, reply, sent, answered) -> StepStats:
+        """The master service's merged stats, moved onto this process's clock; each task's
+        offset becomes its offset from here (the service's own, plus its offset from there),
+        its bound the sum of both."""
+        where = f"the step stats from the master service at {self._target}"
+        offset, error, source = self._clocks.estimate("master", sent, answered, reply.get("clock"), where)
+        remote = wire.decode_step_stats(reply.get("step_stats", {}), where)
+        stats = StepStats()
+        stats.merge(StepStats(remote.dev_stats), offset)
+        for task, c in remote.clock_offsets.items():
+            stats.clock_offsets[task] = {"offset_nanos": c["offset_nanos"] + offset,
+                                         "error_nanos": c["error_nanos"] + error,
+                                         "source": f"{c['source']} via the master service ({source})"}
+        return stats
 
     def close(self):
         if self._closed:

@@ -34,6 +34,10 @@ owned, writable arrays. String tensors are always new object arrays of ``bytes``
 ``assemble_tensor`` returns an owned, writable array: it preallocates from the header and
 copies each chunk into place once.
 
+A traced step's stats (``runtime.config.StepStats``) travel in a response header as their
+dict form (``encode_step_stats``/``decode_step_stats``: TF's step_stats field names,
+integer nanoseconds), checked field by field when read.
+
 Every malformed input raises a ``tw.errors`` class: ``DataLossError`` for truncation (a
 stream or message that ends early), ``ResourceExhaustedError`` above ``max_bytes`` (2 GiB by
 default), ``InvalidArgumentError`` for everything else (bad magic, lengths, dtype, shape, byte
@@ -54,6 +58,7 @@ from tensorweave.framework import dtypes, errors, tensor_codec
 from tensorweave.framework import serialization as _ser
 from tensorweave.framework.op_def import check_attr_value
 from tensorweave.ops import transfer_ops
+from tensorweave.runtime.config import StepStats
 from tensorweave.runtime.step import DEAD
 
 MESSAGE_MAGIC = b"TWM1"
@@ -423,6 +428,21 @@ def decode_response(data, max_bytes: int | None = DEFAULT_MAX_BYTES, *, copy: bo
         raise errors.InvalidArgumentError("malformed response: its header has neither \"ok\": true nor \"error\"")
     del header["ok"]
     return header, tensors
+
+
+# ----------------------------------------------------------------------------------------
+# Step stats
+
+
+def encode_step_stats(stats: StepStats) -> dict:
+    """A traced step's stats as a JSON-safe dict for a message header."""
+    return stats.to_dict()
+
+
+def decode_step_stats(obj, where: str = "step_stats") -> StepStats:
+    """The ``StepStats`` in a header; a malformed one is InvalidArgumentError naming ``where``
+    and the field."""
+    return StepStats.from_dict(obj, where)
 
 
 # ----------------------------------------------------------------------------------------

@@ -14,6 +14,12 @@ registry (a worker runs only registered ops), messages are decoded by ``wire`` (
 and a bad request is answered with an error while the worker keeps serving. A failed step
 is aborted here and on every other worker (the master broadcasts ``AbortStep``), so no
 step is left waiting for a value that will not come.
+
+A traced step (``"trace": true`` in its RunGraph) records this task's partitions into a
+``StepStatsCollector`` and returns them with the response (``"step_stats"``, on this
+process's wall clock) together with when the request was taken up and the reply made
+(``"clock"``), from which the master estimates this task's clock offset (as it does from
+``Health``, which reports ``"clock_ns"``).
 """
 
 from __future__ import annotations
@@ -40,7 +46,7 @@ from tensorweave.runtime.containers import SessionResources
 from tensorweave.runtime.device import Allocator, Device, create_local_devices
 from tensorweave.runtime.executor import CompiledPartition
 from tensorweave.runtime.rendezvous import LocalRendezvous, aborted
-from tensorweave.runtime.step import DEAD, StepContext
+from tensorweave.runtime.step import DEAD, StepContext, StepStatsCollector
 
 # How long a RecvTensor waits for its value before giving up (a step's own timeout or an
 # abort normally ends the wait much earlier).
@@ -95,6 +101,13 @@ class WorkerRendezvous(LocalRendezvous):
             super().recv_async(key, callback)
         else:
             self.worker.pull(self, key, src, callback)
+
+    def transport(self, src_device: str, dst_device: str) -> str:
+        w = self.worker
+        if w.is_local(src_device):
+            # A value for another task is pulled by it: its Recv names the transport.
+            return "local" if w.is_local(dst_device) else "remote"
+        return w.transport_name(*task_of_device(src_device))
 
 
 class _Once:
@@ -174,6 +187,17 @@ class Worker:
             rv.last_used = time.monotonic()
             return rv
 
+    def transport_name(self, job: str, task: int) -> str:
+        """The name of the transport this task pulls tensors from ``/job:job/task:task`` with
+        (traced steps report it)."""
+        if self.channel_for is None:
+            return "unknown"
+        try:
+            channel = self.channel_for(job, task)
+        except errors.OpError:
+            return "unknown"
+        return _transport_of(type(channel))
+
     def pull(self, rv: WorkerRendezvous, key: str, src_device: str, callback) -> None:
         """Fetch ``key`` of step ``rv.step_id`` from the task that owns ``src_device``."""
         job, task = task_of_device(src_device)
@@ -231,8 +255,9 @@ class Worker:
         wire.decode_message(payload, self.max_message_bytes)
         with self._lock:
             running = self.running_steps
+        # clock_ns: this process's wall clock, for the master's clock-offset estimate.
         return wire.encode_response({"job": self.job, "task": self.task, "started": self.started,
-                                     "running_steps": running})
+                                     "running_steps": running, "clock_ns": time.time_ns()})
 
     def reset_containers(self, payload: bytes) -> bytes:
         header, _ = wire.decode_message(payload, self.max_message_bytes)
@@ -367,17 +392,21 @@ class Worker:
                 f"RunGraph: {len(tensors)} feed values for {len(g.feed_names)} feeds {g.feed_names}")
         timeout = header.get("timeout")
         timeout = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
+        received = time.time_ns() if header.get("trace") is True else None
         with self._lock:
             self.running_steps += 1
         try:
-            return self._run_graph(g, step_id, tensors, timeout)
+            return self._run_graph(g, step_id, tensors, timeout, received)
         finally:
             with self._lock:
                 self.running_steps -= 1
 
-    def _run_graph(self, g, step_id, tensors, timeout) -> bytes:
+    def _run_graph(self, g, step_id, tensors, timeout, received=None) -> bytes:
+        """One step of ``g``; ``received`` (when the request was taken up, on the wall clock)
+        is given for a traced step, whose stats go back with the fetches."""
         rv = self.rendezvous(step_id)
-        step = StepContext(step_id, rv, None, None, None)
+        stats = StepStatsCollector() if received is not None else None
+        step = StepContext(step_id, rv, None, None, stats)
         states, results, err = [], [None] * len(g.partitions), None
         for i, cp in enumerate(g.partitions):
             try:
@@ -395,7 +424,12 @@ class Worker:
             root = rv.error if rv.error is not None else err
             raise root if isinstance(root, errors.OpError) else errors.InternalError(str(root))
         out = [np.asarray(results[i][j]) for i, j in g.fetch_index]
-        return wire.encode_response({"fetches": g.fetch_names}, out)
+        if stats is None:
+            return wire.encode_response({"fetches": g.fetch_names}, out)
+        encoded = wire.encode_step_stats(stats.step_stats())
+        # Stamped last: the master's estimate subtracts everything between the two stamps.
+        return wire.encode_response({"fetches": g.fetch_names, "step_stats": encoded,
+                                     "clock": {"received_ns": received, "replied_ns": time.time_ns()}}, out)
 
     def abort_step(self, payload: bytes) -> bytes:
         header, _ = wire.decode_message(payload, self.max_message_bytes)
@@ -446,6 +480,28 @@ class Worker:
             rv.abort(errors.CancelledError(f"worker {self.prefix} is shutting down"))
         self._pool.shutdown(wait=False)
         self._pull_pool.shutdown(wait=False)
+
+
+_transport_names: dict = {}  # channel class -> name of the registered transport that makes it
+
+
+def _transport_of(channel_class) -> str:
+    """The registered transport whose channels are ``channel_class`` instances. The channel
+    contract carries no name, so it is the transport defined in the channel class's module,
+    else in its package (a transport plugin is one distribution, one package)."""
+    name = _transport_names.get(channel_class)
+    if name is None:
+        module = channel_class.__module__
+        found = {}
+        for tname, cls in plugins.registry().transports.items():
+            tmod = getattr(cls, "__module__", "") or ""
+            if tmod == module:
+                found.setdefault(0, tname)
+            elif tmod.split(".")[0] == module.split(".")[0] and module.split(".")[0] != "tensorweave":
+                found.setdefault(1, tname)
+        name = found.get(0) or found.get(1) or channel_class.__name__
+        _transport_names[channel_class] = name
+    return name
 
 
 def _step_id(header: dict, method: str) -> int:

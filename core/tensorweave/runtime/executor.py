@@ -35,7 +35,17 @@ from tensorweave.framework.op_def import flat_input_is_ref
 from tensorweave.ops.control_flow_primitives import CONTROL_FLOW_OPS
 from tensorweave.runtime.frames import ROOT, FrameInfo, FrameState
 from tensorweave.runtime.rendezvous import make_key
-from tensorweave.runtime.step import DEAD, StepContext, StepState, enter_loop, in_loop, leave_loop, wrap_kernel_error
+from tensorweave.runtime.step import (
+    DEAD,
+    StepContext,
+    StepState,
+    StepStatsCollector,
+    enter_loop,
+    in_loop,
+    leave_loop,
+    transfer_record,
+    wrap_kernel_error,
+)
 
 # Step kinds of the flat schedule. NULLARY/UNARY/BINARY steps call their kernel directly with
 # 0, 1 or 2 input slots (their value is the number of inputs); GENERIC steps go through
@@ -59,20 +69,6 @@ class _Node:
                  "expensive", "track", "unwrap", "frees",
                  # control-flow facts, set by frames.FrameInfo (read on every activation)
                  "role", "f_out", "f_ctrl", "f_nin", "f_merge")
-
-
-def _nbytes(v) -> int:
-    """Size of a host or device tensor (device handles expose shape and dtype)."""
-    n = getattr(v, "nbytes", None)
-    if n is not None:
-        return int(n)
-    shape, dtype = getattr(v, "shape", None), getattr(v, "dtype", None)
-    if shape is None or dtype is None:
-        return 0
-    try:
-        return int(np.prod(shape, dtype=np.int64)) * np.dtype(dtype).itemsize
-    except TypeError:
-        return 0
 
 
 def _static_nbytes(t) -> int | None:
@@ -220,6 +216,7 @@ class _Compiler:
             n = _Node()
             n.op = op
             n.outs = []
+            n.transfer = None  # (src, dst, tensor) on the Send/Recv steps added below
             for t in op.outputs:
                 if t in fed:
                     n.outs.append(self.new_slot())  # computed but shadowed by the feed
@@ -439,25 +436,30 @@ class _Compiler:
                 dyn_uses[s] = dyn_uses.get(s, 0) + 1
         return frees_after, dyn_uses
 
-    def encode_steps(self, order, frees_after, end_reads) -> tuple[list, dict]:
+    def encode_steps(self, order, frees_after, end_reads) -> tuple[list, dict, list]:
         """The flat schedule the sequential loop runs: (fn, input slot a, input slot b, step
-        kind, output slot, extra) per read, node, free and end read; and slot -> node, to name
-        the node when a step fails."""
-        steps, slot_node = [], {}
+        kind, output slot, extra) per read, node, free and end read; slot -> node, to name
+        the node when a step fails; and for the traced loop, per step, (node, whether the step
+        is the node's own kernel call rather than a read before it), or None."""
+        steps, slot_node, step_nodes = [], {}, []
         for i, n in enumerate(order):
             for fn, src, slot in n.pre:
                 steps.append((fn, src, 0, K_NULLARY if src < 0 else K_UNARY, slot, None))
+                step_nodes.append((n, False))
                 slot_node[slot] = n
             a = n.ins[0] if n.ins else 0
             b = n.ins[1] if len(n.ins) > 1 else 0
             out = n.outs[0] if n.outs else -1 - i
             slot_node[out] = n
             steps.append((n.fn, a, b, n.kind, out, n if n.kind == K_GENERIC else None))
+            step_nodes.append((n, True))
             if i in frees_after:
                 steps.append((None, 0, 0, K_FREE, -1, tuple(frees_after[i])))
+                step_nodes.append(None)
         for fn, slot in end_reads:
             steps.append((fn, 0, 0, K_NULLARY, slot, None))
-        return steps, slot_node
+            step_nodes.append(None)
+        return steps, slot_node, step_nodes
 
     def frame_info(self, part, recvs, loops) -> FrameInfo:
         """Control-flow facts for runtime/frames.py: which frame and iterations each Recv
@@ -499,7 +501,7 @@ class CompiledPartition:
         self.fetch_names = [t.name for t in fetches]
         self.fetch_slots, self.end_reads = c.plan_fetches(fetches)
         frees_after, self.dyn_uses = c.plan_liveness(order, self.fetch_slots)
-        self.steps, self._slot_node = c.encode_steps(order, frees_after, self.end_reads)
+        self.steps, self._slot_node, self._step_nodes = c.encode_steps(order, frees_after, self.end_reads)
 
         self.template = c.template
         self.host_feed_slots = [(self.feed_slots[feeds.index(t)], s) for t, s in c.host_feed.items()]
@@ -604,14 +606,18 @@ class CompiledPartition:
                     self.allocator.track(v)
 
     # ------------------------------------------------------------------------------------
-    def run_traced(self, feed_values, step: StepContext, stats: list):
-        """Like run_sequential, recording per-node start/end times and output sizes."""
+    def run_traced(self, feed_values, step: StepContext, stats: StepStatsCollector):
+        """Like run_sequential, recording each node into ``stats``: its start (the reads of
+        variables before it included) and end, the kernel call, this thread, its outputs and
+        the allocator's bytes in use after it. The untraced loop above stays as it is."""
         vals = self._initial_values(feed_values)
         out = -1
-        clock = time.perf_counter
+        clock = time.perf_counter_ns
+        add, tid, dev, alloc = stats.add, stats.thread(), self.device.name, self.allocator
+        started = None  # when the first read before the current node began
         try:
             with np.errstate(all="ignore"):
-                for fn, a, b, kind, out, x in self.steps:
+                for (fn, a, b, kind, out, x), owner in zip(self.steps, self._step_nodes):
                     if kind == K_FREE:
                         for s in x:
                             vals[s] = None
@@ -626,12 +632,17 @@ class CompiledPartition:
                     else:
                         self._run_generic(x, vals, step)
                     t1 = clock()
-                    n = self._slot_node.get(out)
-                    # a node's own step, not the variable read placed before it
-                    if n is not None and (x is not None or kind != K_NULLARY or out in n.outs):
-                        nbytes = sum(_nbytes(vals[s]) for s in n.outs)
-                        stats.append({"node": n.op.name, "op": n.op.type, "device": self.device.name,
-                                      "start": t0, "end": t1, "output_bytes": int(nbytes)})
+                    if owner is None:
+                        continue
+                    n, own = owner
+                    if not own:
+                        if started is None:
+                            started = t0
+                        continue
+                    op = n.op
+                    add(dev, op.name, op.type, t0 if started is None else started, t0, t1, clock(), tid,
+                        [vals[s] for s in n.outs], alloc)
+                    started = None
         except Exception as e:  # noqa: BLE001
             err = self.describe_failure(e, out)
             self._abort_step(step, err)
@@ -724,6 +735,7 @@ class _DynamicState(StepState):
 
     def _run_loop(self, queue):
         outer = enter_loop(self, queue)
+        traced = self.stats is not None
         try:
             while queue:
                 n = queue.pop(0)
@@ -731,29 +743,56 @@ class _DynamicState(StepState):
                     self._dispatch(self._finish(n), queue)
                     continue
                 try:
-                    vals = self.vals
-                    for fn, src, slot in n.pre:
-                        vals[slot] = fn() if src < 0 else fn(vals[src])
-                    args = [vals[i] for i in n.ins]
-                    if n.kd.is_async:
-                        n.fn(self.step, self._make_done(n), *args)
-                        continue
-                    t0 = time.perf_counter()
-                    with np.errstate(all="ignore"):
-                        res = n.fn(self.step, *args) if n.kd.takes_context else n.fn(*args)
-                    self.part._store(n, res, self.vals)
-                    if self.stats is not None and not isinstance(n.op, _SyntheticOp):
-                        self.stats.append({"node": n.op.name, "op": n.op.type, "device": self.part.device.name,
-                                           "start": t0, "end": time.perf_counter(),
-                                           "output_bytes": sum(_nbytes(vals[s]) for s in n.outs)})
+                    if traced:
+                        if self._run_traced(n):
+                            continue  # async: its continuation finishes it
+                    else:
+                        vals = self.vals
+                        for fn, src, slot in n.pre:
+                            vals[slot] = fn() if src < 0 else fn(vals[src])
+                        args = [vals[i] for i in n.ins]
+                        if n.kd.is_async:
+                            n.fn(self.step, self._make_done(n), *args)
+                            continue
+                        with np.errstate(all="ignore"):
+                            res = n.fn(self.step, *args) if n.kd.takes_context else n.fn(*args)
+                        self.part._store(n, res, vals)
                 except Exception as e:  # noqa: BLE001 - reported once the step drains
                     self._fail(e, n)
                 self._dispatch(self._finish(n), queue)
         finally:
             leave_loop(outer)
 
-    def _make_done(self, n):
+    def _run_traced(self, n) -> bool:
+        """The loop's work for ``n``, recorded into the step's stats; True when ``n`` is
+        async (its continuation finishes and records it, see ``_make_done``)."""
+        clock = time.perf_counter_ns
+        t0 = clock()
+        vals = self.vals
+        for fn, src, slot in n.pre:
+            vals[slot] = fn() if src < 0 else fn(vals[src])
+        args = [vals[i] for i in n.ins]
+        if n.kd.is_async:
+            n.fn(self.step, self._make_done(n, t0), *args)
+            return True
+        t1 = clock()
+        with np.errstate(all="ignore"):
+            res = n.fn(self.step, *args) if n.kd.takes_context else n.fn(*args)
+        t2 = clock()
+        part = self.part
+        part._store(n, res, vals)
+        stats, op = self.stats, n.op
+        transfer = None if n.transfer is None else transfer_record(n.transfer, self.step, args[0] if args else None)
+        stats.add(part.device.name, op.name, op.type, t0, t1, t2, clock(), stats.thread(),
+                  [vals[s] for s in n.outs], part.allocator, transfer)
+        return False
+
+    def _make_done(self, n, t0=None):
         called = threading.Lock()
+        stats = self.stats
+        if stats is not None:  # traced: when and by which thread the node was started
+            tid = stats.thread()
+            t1 = time.perf_counter_ns()
 
         def done(outputs=None, error=None):
             if not called.acquire(blocking=False):
@@ -765,6 +804,14 @@ class _DynamicState(StepState):
                     self.part._store(n, outputs, self.vals)
                 except Exception as e:  # noqa: BLE001
                     self._fail(e, n)
+                if stats is not None:
+                    t2 = time.perf_counter_ns()
+                    values = [self.vals[s] for s in n.outs]
+                    op = n.op
+                    transfer = None if n.transfer is None else transfer_record(
+                        n.transfer, self.step, values[0] if values else None)
+                    stats.add(self.part.device.name, op.name, op.type, t1 if t0 is None else t0, t1, t2,
+                              time.perf_counter_ns(), tid, values, self.part.allocator, transfer)
             ready = self._finish(n)
             if ready:
                 if getattr(in_loop, "state", None) is self:

@@ -37,7 +37,7 @@ import numpy as np
 
 from tensorweave.framework import errors
 from tensorweave.runtime.rendezvous import make_key
-from tensorweave.runtime.step import DEAD, StepState, enter_loop, in_loop, leave_loop
+from tensorweave.runtime.step import DEAD, StepState, enter_loop, in_loop, leave_loop, transfer_record
 
 ROOT = ""  # the root frame's name; its instance key is 0 so root transfers match executor.py's keys
 
@@ -401,6 +401,7 @@ class FrameState(StepState):
                 queue = deque(queue)
                 in_loop.queue = queue
             pop = queue.popleft
+            run = self._run if self.stats is None else self._run_traced  # chosen once per loop
             while queue:
                 n, it, dead = pop()
                 if self.deadline is not None:
@@ -422,7 +423,7 @@ class FrameState(StepState):
                     self._finish(n, it, None, True, queue)
                     continue
                 try:
-                    outputs = self._run(n, it)
+                    outputs = run(n, it)
                 except Exception as e:  # noqa: BLE001 - reported once the step drains
                     self._fail(e, n)
                     self._finish(n, it, None, True, queue)
@@ -444,7 +445,6 @@ class FrameState(StepState):
             if n.kd.is_async:
                 n.fn(self.step, self._make_done(n, it), *args)
                 return _ASYNC
-            t0 = time.perf_counter() if self.stats is not None else 0.0
             res = n.fn(self.step, *args) if n.kd.takes_context else n.fn(*args)
             outs = n.outs
             if len(outs) == 1:
@@ -458,11 +458,6 @@ class FrameState(StepState):
                 for v in res or ():
                     if getattr(v, "nbytes", 0) >= 65536:
                         self.part.allocator.track(v)
-            if self.stats is not None:
-                self.stats.append({"node": n.op.name, "op": n.op.type, "device": self.part.device.name,
-                                   "start": t0, "end": time.perf_counter(),
-                                   "output_bytes": int(sum(getattr(v, "nbytes", 0) for v in res or ())),
-                                   "frame": it.frame.name, "iter": it.i})
             return res or ()
         if role == R_SWITCH:
             v = vals[n.ins[0]]
@@ -481,6 +476,23 @@ class FrameState(StepState):
             self._recv(n, it)
             return _ASYNC
         raise errors.InternalError(f"unknown node role for {n.op.name}")
+
+    def _run_traced(self, n, it):
+        """``_run``, recording ``n`` into the step's stats with its frame and iteration (an
+        async node, a Recv included, is recorded by its continuation: ``_make_done``)."""
+        clock = time.perf_counter_ns
+        t0 = clock()
+        res = self._run(n, it)
+        if res is _ASYNC:
+            return res
+        t1 = clock()
+        stats, op, part = self.stats, n.op, self.part
+        transfer = None
+        if n.role == R_SEND:
+            transfer = transfer_record(n.transfer, self.step, it.vals[n.ins[0]] if n.ins else None, it.tag)
+        stats.add(part.device.name, op.name, op.type, t0, t0, t1, clock(), stats.thread(), res, part.allocator,
+                  transfer, it.frame.name, it.i)
+        return res
 
     def _send(self, n, it, value):
         src, dst, what = n.transfer
@@ -506,6 +518,10 @@ class FrameState(StepState):
     def _make_done(self, n, it):
         called = threading.Lock()
         is_recv = n.role == R_RECV
+        stats = self.stats
+        if stats is not None:  # traced: when and by which thread the node was started
+            tid = stats.thread()
+            t0 = time.perf_counter_ns()
 
         def done(outputs=None, error=None):
             if not called.acquire(blocking=False):
@@ -518,6 +534,11 @@ class FrameState(StepState):
                 dead = outputs[0] is DEAD
             elif len(n.outs) == 1:
                 outputs = (outputs[0] if n.unwrap and isinstance(outputs, tuple | list) else outputs,)
+            if stats is not None and error is None:
+                t1 = time.perf_counter_ns()
+                transfer = transfer_record(n.transfer, self.step, outputs[0], it.tag) if is_recv else None
+                stats.add(self.part.device.name, n.op.name, n.op.type, t0, t0, t1, t1, tid, outputs or (),
+                          self.part.allocator, transfer, it.frame.name, it.i)
             if getattr(in_loop, "state", None) is self:
                 # Completed during the kernel call, in our own loop: go on in this thread.
                 self._finish(n, it, outputs, dead, in_loop.queue)

@@ -33,6 +33,12 @@ class LocalRendezvous:
         self._watched: set = set()  # other waits that an abort must end (pulls from other tasks)
         self.error: BaseException | None = None
 
+    def transport(self, src_device: str, dst_device: str) -> str:
+        """How a value moves from ``src_device`` to ``dst_device`` in this step, as traced
+        steps report it: "local" here, both ends in this process (a subclass that pulls from
+        other tasks names its transport)."""
+        return "local"
+
     def send(self, key: str, value) -> None:
         with self._lock:
             if self.error is not None:

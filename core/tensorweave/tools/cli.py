@@ -10,6 +10,9 @@
                           come from ``$TW_CONFIG``); prints one ready line with its address
 ``tensorweave cluster up|down|status``
                           a local cluster: one worker process per task (distributed/launcher.py)
+``tensorweave trace SCRIPT.py [ARGS] --out DIR``
+                          run a Python script with every Session.run traced; each step's Chrome
+                          trace goes to DIR/step_<n>.json (open it in Perfetto's UI)
 
 Also runs as ``python -m tensorweave``. Exit status: 0 on success, 1 when the plugins
 conflict or a plugin's hooks are invalid, no device is available, or a task or cluster fails
@@ -29,14 +32,17 @@ import logging
 import os
 import platform
 import re
+import runpy
 import signal
 import sys
 import threading
+import traceback
 
 import numpy as np
 
 import tensorweave
 from tensorweave import plugins
+from tensorweave.client.session import TRACE_DIR_ENV
 from tensorweave.distributed import cluster as cl
 from tensorweave.distributed import launcher
 from tensorweave.distributed.launcher import default_dir
@@ -432,6 +438,56 @@ def cmd_cluster_status(args) -> int:
     return 0 if all(r["alive"] for r in rows) else 1
 
 
+def cmd_trace(args) -> int:
+    """Run a script in this process with ``TENSORWEAVE_TRACE_DIR`` set: every Session it
+    makes traces every run and writes its Chrome trace there (client/session.py)."""
+    script_args, out = list(args.script_args), args.out
+    # `trace SCRIPT [ARGS] --out DIR`: a trailing --out is ours when none came before SCRIPT
+    # (a script that takes --out itself gets ours before SCRIPT: `trace --out DIR SCRIPT ...`).
+    if out is None and len(script_args) >= 2 and script_args[-2] == "--out":
+        out, script_args = script_args[-1], script_args[:-2]
+    elif out is None and script_args and script_args[-1].startswith("--out="):
+        out, script_args = script_args[-1].split("=", 1)[1], script_args[:-1]
+    if not out:
+        _err("say where the traces go: tensorweave trace SCRIPT.py [ARGS] --out DIR")
+        return 2
+    if not os.path.isfile(args.script):
+        _err(f"no such script: {args.script}")
+        return 2
+    out = os.path.abspath(out)
+    try:
+        os.makedirs(out, exist_ok=True)
+    except OSError as e:
+        _err(f"cannot create the trace directory {out}: {e}")
+        return 2
+    before = set(os.listdir(out))
+    saved = os.environ.get(TRACE_DIR_ENV), sys.argv, list(sys.path)
+    os.environ[TRACE_DIR_ENV] = out
+    sys.argv = [args.script, *script_args]
+    sys.path.insert(0, os.path.dirname(os.path.abspath(args.script)))  # as `python SCRIPT` does
+    code = 0
+    try:
+        runpy.run_path(args.script, run_name="__main__")
+    except SystemExit as e:
+        code = e.code if isinstance(e.code, int) else (0 if e.code is None else 1)
+        if e.code is not None and not isinstance(e.code, int):
+            print(e.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001 - the script's own failure, reported as python would
+        traceback.print_exc()
+        code = 1
+    finally:
+        if saved[0] is None:
+            os.environ.pop(TRACE_DIR_ENV, None)
+        else:
+            os.environ[TRACE_DIR_ENV] = saved[0]
+        sys.argv, sys.path[:] = saved[1], saved[2]
+    written = sorted(f for f in set(os.listdir(out)) - before if f.startswith("step_") and f.endswith(".json"))
+    print(f"tensorweave trace: {len(written)} traced step{'s' if len(written) != 1 else ''} in {out}"
+          + (" (open one in https://ui.perfetto.dev or chrome://tracing)" if written else
+             " (the script ran no Session.run)"), file=sys.stderr)
+    return code
+
+
 # ---------------------------------------------------------------------------------------------
 def _parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="tensorweave", description="tensorweave command-line tools")
@@ -473,6 +529,14 @@ def _parser() -> argparse.ArgumentParser:
     st = csub.add_parser("status", help="list the tasks and whether each is alive and listening")
     st.add_argument("--dir", help=dir_help)
     st.set_defaults(func=cmd_cluster_status)
+
+    sp = sub.add_parser("trace", help="run a Python script with every Session.run traced to Chrome trace files",
+                        usage="tensorweave trace SCRIPT.py [ARGS ...] --out DIR")
+    sp.add_argument("--out", help="directory for the traces (DIR/step_<n>.json); may also follow the script's "
+                                  "arguments")
+    sp.add_argument("script", help="the Python script to run")
+    sp.add_argument("script_args", nargs=argparse.REMAINDER, help="its arguments")
+    sp.set_defaults(func=cmd_trace)
     return p
 
 
