@@ -30,7 +30,7 @@ from tensorweave.framework.graph import (
 )
 from tensorweave.framework.importer import import_graph_def
 from tensorweave.framework.tensor_shape import TensorShape
-from tensorweave import distributed, layers, python_io, train  # distributed: the sessions for cluster targets
+from tensorweave import distributed, layers, python_io, summary, train  # distributed: the sessions for cluster targets
 from tensorweave.ops import nn
 from tensorweave.ops.init_ops import *  # noqa: F401,F403
 from tensorweave.ops.variable_scope import *  # noqa: F401,F403
