@@ -34,6 +34,7 @@ from tensorweave.train.monitored_session import (
     MonitoredSession,
     MonitoredTrainingSession,
     Scaffold,
+    WorkerSessionCreator,
 )
 from tensorweave.train.optimizer import Optimizer
 from tensorweave.train.queue_runner import QueueRunner, add_queue_runner, start_queue_runners
@@ -52,6 +53,7 @@ from tensorweave.train.saver import (
     remove_checkpoint,
     update_checkpoint_state,
 )
+from tensorweave.train.summary_hooks import LoggingTensorHook, ProfilerHook, StepCounterHook, SummarySaverHook
 from tensorweave.train.sync_replicas import SyncReplicasOptimizer
 from tensorweave.train.training_util import (
     assert_global_step,
@@ -78,6 +80,11 @@ __all__ = [
     "assert_global_step",
     "global_step",
     "Coordinator",
+    "WorkerSessionCreator",
+    "SummarySaverHook",
+    "StepCounterHook",
+    "LoggingTensorHook",
+    "ProfilerHook",
     "LooperThread",
     "QueueRunner",
     "add_queue_runner",

@@ -31,15 +31,17 @@ from tensorweave.framework import errors
 from tensorweave.framework.graph import GraphKeys, get_default_graph
 from tensorweave.ops import state_ops
 from tensorweave.ops import variables as variables_mod
+from tensorweave.runtime.config import RunMetadata
 from tensorweave.train.coordinator import Coordinator
 from tensorweave.train.hooks import CheckpointSaverHook, SessionRunArgs, SessionRunContext, SessionRunValues
 from tensorweave.train.queue_runner import start_queue_runners
 from tensorweave.train.saver import Saver, latest_checkpoint
+from tensorweave.train.summary_hooks import StepCounterHook, SummarySaverHook
 
 log = logging.getLogger(__name__)
 
-__all__ = ["Scaffold", "ChiefSessionCreator", "MonitoredSession", "MonitoredTrainingSession",
-           "restore_or_initialize"]
+__all__ = ["Scaffold", "ChiefSessionCreator", "WorkerSessionCreator", "MonitoredSession",
+           "MonitoredTrainingSession", "restore_or_initialize"]
 
 _USE_DEFAULT = object()
 
@@ -58,8 +60,10 @@ class Scaffold:
             init_fn = init_fn if init_fn is not None else copy_from_scaffold._init_fn
             local_init_op = local_init_op if local_init_op is not None else copy_from_scaffold.local_init_op
             saver = saver if saver is not None else copy_from_scaffold.saver
+            summary_op = summary_op if summary_op is not None else copy_from_scaffold.summary_op
         self.init_op, self.init_feed_dict, self._init_fn = init_op, init_feed_dict, init_fn
         self.local_init_op, self.saver, self.ready_op = local_init_op, saver, ready_op
+        self.summary_op = summary_op   # None: SummarySaverHook merges the SUMMARIES collection
         self._ready_checks = None
         self._finalized = False
 
@@ -150,6 +154,44 @@ class ChiefSessionCreator:
         try:
             self.restored_from = restore_or_initialize(session, self._scaffold, self._checkpoint_dir,
                                                        self._checkpoint_filename_with_path)
+        except BaseException:
+            session.close()
+            raise
+        return session
+
+
+class WorkerSessionCreator:
+    """Creates a Session for a non-chief worker: it initializes nothing itself but waits until
+    the chief has initialized or restored every variable (the scaffold's ready check, polled
+    every ``recovery_wait_secs`` for ``max_wait_secs`` at most), then runs the local init op."""
+
+    def __init__(self, scaffold=None, master="", config=None, max_wait_secs=30 * 60, recovery_wait_secs=1.0):
+        self._scaffold = scaffold or Scaffold()
+        self._master, self._config = master, config
+        self._max_wait, self._poll = max_wait_secs, recovery_wait_secs
+        self.restored_from = None
+
+    def create_session(self):
+        self._scaffold.finalize()
+        session = Session(self._master, graph=get_default_graph(), config=self._config)
+        try:
+            deadline = time.monotonic() + self._max_wait
+            last_report = time.monotonic()
+            while True:
+                missing = self._scaffold.uninitialized_variables(session)
+                if not missing:
+                    break
+                now = time.monotonic()
+                if now > deadline:
+                    raise errors.DeadlineExceededError(
+                        f"WorkerSessionCreator: the chief did not initialize {missing[:10]} within "
+                        f"{self._max_wait} s")
+                if now - last_report >= 5.0:
+                    log.info("WorkerSessionCreator: waiting for the chief to initialize %s", missing[:5])
+                    last_report = now
+                time.sleep(self._poll)
+            if self._scaffold.local_init_op is not None:
+                session.run(self._scaffold.local_init_op)
         except BaseException:
             session.close()
             raise
@@ -265,6 +307,8 @@ class MonitoredSession:
                 feeds[k] = v
             if options is None and args.options is not None:
                 options = args.options
+        if run_metadata is None and options is not None and getattr(options, "trace_level", 0):
+            run_metadata = RunMetadata()   # a hook asked for a trace: it reads the stats in after_run
         try:
             out = self._sess.run(actual, feeds or None, options, run_metadata)
         except errors.OutOfRangeError:
@@ -339,23 +383,41 @@ def MonitoredTrainingSession(master="", is_chief=True, checkpoint_dir=None, scaf
                              save_summaries_steps=_USE_DEFAULT, save_summaries_secs=_USE_DEFAULT, config=None,
                              stop_grace_period_secs=120, log_step_count_steps=100, max_wait_secs=7200,
                              save_checkpoint_steps=_USE_DEFAULT, summary_dir=None):
-    """A MonitoredSession for training in this process: restores the latest checkpoint of
+    """A MonitoredSession for training: the chief restores the latest checkpoint of
     ``checkpoint_dir`` (or initializes), saves every ``save_checkpoint_steps`` steps or
-    ``save_checkpoint_secs`` seconds (default 600 s when neither is given) and at the end.
-    With a cluster as ``master`` it recovers from lost tasks (waiting ``max_wait_secs`` at
-    most for them; see the module docstring). Summaries and step logging are not implemented
-    (their arguments are accepted)."""
+    ``save_checkpoint_secs`` seconds (default 600 s when neither is given) and at the end, writes
+    summaries (``tw.summary.merge_all()``) every ``save_summaries_steps`` steps or
+    ``save_summaries_secs`` seconds (default 100 steps) and the global step rate every
+    ``log_step_count_steps`` steps to ``summary_dir`` (default ``checkpoint_dir``). A non-chief
+    worker (``is_chief=False``) waits for the chief's initialization and runs only ``hooks``
+    (no saver, summary or chief-only hooks), as in TF1. With a cluster as ``master`` it recovers
+    from lost tasks (waiting ``max_wait_secs`` at most for them; see the module docstring)."""
+    scaffold = scaffold or Scaffold()
     if not is_chief:
-        raise errors.UnimplementedError(
-            "MonitoredTrainingSession(is_chief=False): non-chief workers need the distributed runtime")
+        creator = WorkerSessionCreator(scaffold, master, config, max_wait_secs=max_wait_secs)
+        return MonitoredSession(creator, list(hooks or []), stop_grace_period_secs, max_wait_secs=max_wait_secs)
     if save_checkpoint_secs is _USE_DEFAULT and save_checkpoint_steps is _USE_DEFAULT:
         save_checkpoint_secs, save_checkpoint_steps = 600, None
     elif save_checkpoint_secs is _USE_DEFAULT:
         save_checkpoint_secs = None
     elif save_checkpoint_steps is _USE_DEFAULT:
         save_checkpoint_steps = None
-    scaffold = scaffold or Scaffold()
+    if save_summaries_steps is _USE_DEFAULT and save_summaries_secs is _USE_DEFAULT:
+        save_summaries_steps, save_summaries_secs = 100, None
+    elif save_summaries_steps is _USE_DEFAULT:
+        save_summaries_steps = None
+    elif save_summaries_secs is _USE_DEFAULT:
+        save_summaries_secs = None
+    summary_dir = summary_dir or checkpoint_dir
     all_hooks = list(hooks or []) + list(chief_only_hooks or [])
+    if summary_dir:
+        if log_step_count_steps and log_step_count_steps > 0:
+            all_hooks.append(StepCounterHook(every_n_steps=log_step_count_steps, output_dir=summary_dir))
+        if (save_summaries_steps or 0) > 0 or (save_summaries_secs or 0) > 0:
+            all_hooks.append(SummarySaverHook(
+                save_steps=save_summaries_steps if (save_summaries_steps or 0) > 0 else None,
+                save_secs=save_summaries_secs if (save_summaries_secs or 0) > 0 else None,
+                output_dir=summary_dir, scaffold=scaffold))
     if checkpoint_dir and ((save_checkpoint_secs or 0) > 0 or (save_checkpoint_steps or 0) > 0):
         all_hooks.append(CheckpointSaverHook(
             checkpoint_dir, save_secs=save_checkpoint_secs if (save_checkpoint_secs or 0) > 0 else None,
