@@ -80,13 +80,17 @@ class Progress:
 
 
 def train(model: str = "mlp", epochs: int | None = None, batch_size: int = 64, seed: int = 0,
-          quiet: bool = False, device: str | None = None, trace: str | None = None) -> float:
+          quiet: bool = False, device: str | None = None, trace: str | None = None,
+          logdir: str | None = None) -> float:
     """Train one model; returns its accuracy on the held-out 20%.
 
     ``device`` (e.g. ``"/device:GPU:0"``) puts every node of the graph there, with soft
     placement off: a node without a kernel for it is an error naming the node, never a silent
     fallback to the CPU. ``trace``: a directory to write the Chrome trace of the last
-    training step to (``<model>_step.json``; open it in https://ui.perfetto.dev)."""
+    training step to (``<model>_step.json``; open it in https://ui.perfetto.dev). ``logdir``:
+    write TensorBoard summaries there (loss and accuracy every step, weight histograms every
+    epoch, the graph with each node's device, and the traced step's run metadata; needs
+    ``pip install 'tensorweave[tensorboard]'``)."""
     build, default_epochs, lr = MODELS[model]
     epochs = epochs or default_epochs
     x_train, x_test, y_train, y_test = load_data(seed)
@@ -103,6 +107,9 @@ def train(model: str = "mlp", epochs: int | None = None, batch_size: int = 64, s
         global_step = tw.train.get_or_create_global_step()
         train_op = tw.train.AdamOptimizer(lr).minimize(loss, global_step=global_step)
         init = tw.global_variables_initializer()
+        if logdir is not None:
+            step_summary = tw.summary.merge([tw.summary.scalar("loss", loss), tw.summary.scalar("accuracy", accuracy)])
+            epoch_summary = tw.summary.merge([tw.summary.histogram(f"weights/{v.op.name}", v) for v in tw.trainable_variables()])
     rng = np.random.default_rng(seed)
     steps = int(np.ceil(len(x_train) / batch_size))
     progress = Progress(epochs, steps, f"[{model}]", quiet)
@@ -112,6 +119,11 @@ def train(model: str = "mlp", epochs: int | None = None, batch_size: int = 64, s
             where = collections.Counter(sess.placement([train_op, loss, accuracy], feeds).values())
             print(f"[{model}] nodes per device: " + ", ".join(f"{d}: {n}" for d, n in sorted(where.items())))
         sess.run(init)
+        writer = None
+        if logdir is not None:
+            feeds = {x: x_train[:1], y: y_train[:1], keep_prob: 0.8}
+            writer = tw.summary.FileWriter(os.path.join(logdir, model))
+            writer.add_graph(g, placement=sess.placement([train_op, loss, accuracy], feeds))
         for epoch in range(1, epochs + 1):
             t0 = time.perf_counter()
             order = rng.permutation(len(x_train))
@@ -121,10 +133,16 @@ def train(model: str = "mlp", epochs: int | None = None, batch_size: int = 64, s
                 # The last step, warmed up, is the one traced.
                 traced = trace is not None and epoch == epochs and i == steps - 1
                 md = tw.RunMetadata() if traced else None
-                _, batch_loss, batch_acc = sess.run(
-                    [train_op, loss, accuracy], {x: x_train[idx], y: y_train[idx], keep_prob: 0.8},
+                fetches = [train_op, loss, accuracy] + ([step_summary] if writer is not None else [])
+                _, batch_loss, batch_acc, *summ = sess.run(
+                    fetches, {x: x_train[idx], y: y_train[idx], keep_prob: 0.8},
                     options=tw.RunOptions(trace_level=tw.RunOptions.FULL_TRACE) if traced else None,
                     run_metadata=md)
+                if writer is not None:
+                    n = (epoch - 1) * steps + i
+                    writer.add_summary(summ[0], n)
+                    if traced:
+                        writer.add_run_metadata(md, f"step{n}", n)
                 if traced:
                     os.makedirs(trace, exist_ok=True)
                     path = os.path.join(trace, f"{model}_step.json")
@@ -136,7 +154,11 @@ def train(model: str = "mlp", epochs: int | None = None, batch_size: int = 64, s
                 total_correct += batch_acc * len(idx)
                 progress.step(epoch, i)
             progress.epoch(epoch, total_loss / len(x_train), total_correct / len(x_train), time.perf_counter() - t0)
+            if writer is not None:
+                writer.add_summary(sess.run(epoch_summary), epoch * steps)
         test_acc = float(sess.run(accuracy, {x: x_test, y: y_test}))
+        if writer is not None:
+            writer.close()
     if not quiet:
         print(f"[{model}] test accuracy on the held-out 20% ({len(x_test)} images): {test_acc:.4f}")
     return test_acc
@@ -148,11 +170,13 @@ def main(argv=None) -> int:
     ap.add_argument("--epochs", type=int, default=None)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--device", default=None, help="put every node on this device, e.g. /device:GPU:0")
+    ap.add_argument("--logdir", metavar="DIR", default=None,
+                    help="write TensorBoard summaries to DIR/<model> (then: tensorboard --logdir DIR)")
     ap.add_argument("--trace", metavar="DIR", default=None,
                     help="write a Chrome trace of one training step per model to DIR (Perfetto UI, chrome://tracing)")
     args = ap.parse_args(argv)
     t0 = time.perf_counter()
-    results = {m: train(m, args.epochs, seed=args.seed, device=args.device, trace=args.trace)
+    results = {m: train(m, args.epochs, seed=args.seed, device=args.device, trace=args.trace, logdir=args.logdir)
                for m in (["mlp", "cnn"] if args.model == "both" else [args.model])}
     print(f"done in {time.perf_counter() - t0:.1f}s: " + ", ".join(f"{m} {a:.4f}" for m, a in results.items()))
     return 0

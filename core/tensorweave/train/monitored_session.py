@@ -37,6 +37,7 @@ from tensorweave.train.hooks import CheckpointSaverHook, SessionRunArgs, Session
 from tensorweave.train.queue_runner import start_queue_runners
 from tensorweave.train.saver import Saver, latest_checkpoint
 from tensorweave.train.summary_hooks import StepCounterHook, SummarySaverHook
+from tensorweave.train.training_util import get_global_step
 
 log = logging.getLogger(__name__)
 
@@ -410,7 +411,10 @@ def MonitoredTrainingSession(master="", is_chief=True, checkpoint_dir=None, scaf
         save_summaries_secs = None
     summary_dir = summary_dir or checkpoint_dir
     all_hooks = list(hooks or []) + list(chief_only_hooks or [])
-    if summary_dir:
+    # Step rates and summaries are written at the global step: without one there is nothing
+    # to write them at (TF1 fails in the hooks' begin(); a model without a global step that
+    # trained here before keeps training).
+    if summary_dir and get_global_step() is not None:
         if log_step_count_steps and log_step_count_steps > 0:
             all_hooks.append(StepCounterHook(every_n_steps=log_step_count_steps, output_dir=summary_dir))
         if (save_summaries_steps or 0) > 0 or (save_summaries_secs or 0) > 0:
