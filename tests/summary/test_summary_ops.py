@@ -11,8 +11,18 @@ import numpy as np
 import pytest
 
 import tensorweave as tw
+from tensorweave import plugins
 from tensorweave.kernels import summary as summary_kernels
 from tensorweave.testing.fake_device import register_fake_devices
+
+
+@pytest.fixture(autouse=True)
+def _forget_fake_devices():
+    """Tests here register FAKE devices; later test files see only the installed plugins
+    (in-process servers would otherwise offer FAKE devices to their placers)."""
+    yield
+    if "FAKE" in plugins.registry().device_factories:
+        plugins._reset_for_tests()
 
 pytest.importorskip("tensorboard")
 

@@ -15,11 +15,21 @@ import numpy as np
 import pytest
 
 import tensorweave as tw
+from tensorweave import plugins
 from tensorweave.testing.fake_device import register_fake_devices
 
 pytest.importorskip("tensorboard")
 from tensorboard.backend.event_processing import event_accumulator as ea  # noqa: E402
 from tensorboard.util import tensor_util  # noqa: E402
+
+
+@pytest.fixture(autouse=True)
+def _forget_fake_devices():
+    """Tests here register FAKE devices; later test files see only the installed plugins
+    (in-process servers would otherwise offer FAKE devices to their placers)."""
+    yield
+    if "FAKE" in plugins.registry().device_factories:
+        plugins._reset_for_tests()
 
 FAKE0 = "/device:FAKE:0"
 
