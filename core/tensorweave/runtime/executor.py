@@ -22,6 +22,7 @@ bound at plan time instead of a value.
 
 from __future__ import annotations
 
+import functools
 import heapq
 import threading
 import time
@@ -96,20 +97,10 @@ def _estimate_flops(op) -> float:
 
 
 def _reader(store, device):
-    """A read of ``store`` for a consumer on ``device``. A value written by a kernel of
-    another device (a variable trained on an accelerator, read by a later plan that placed
-    the reader elsewhere) is copied over instead of handing a kernel a foreign tensor."""
-    read = store.read
-
-    def read_here():
-        v = read()
-        src = store.device
-        if src is None or src is device or src.name == device.name:
-            return v if src is not None or device.host_tensors else device.to_device(v)
-        if src.host_tensors and device.host_tensors:
-            return v
-        return device.copy_from(v, src)
-    return read_here
+    """A read of ``store`` for a consumer on ``device`` (``VariableStore.read_on``: a value
+    written by a kernel of another device is copied over instead of handing a kernel a
+    foreign tensor)."""
+    return functools.partial(store.read_on, device)
 
 
 def _marking_writes(fn, stores, device):
