@@ -17,7 +17,7 @@ import numpy as np
 
 from tensorweave.framework import errors
 from tensorweave.kernels import EVERY_DEVICE_DTYPES, dtypes_to_register
-from tensorweave.kernels.axes import norm_axis
+from tensorweave.kernels.axes import int_list, norm_axis
 from tensorweave.ops import index_math
 
 _E = errors.InvalidArgumentError
@@ -33,11 +33,6 @@ def _num_elements(shape) -> int:
     return n
 
 
-def _int_list(ctx, t, what: str) -> list[int]:
-    if t.ndim != 1:
-        raise ctx.error(_E, f"{what} must be a vector, got shape {t.shape}")
-    return t.tolist()
-
 
 def _identity(x):
     return x
@@ -50,7 +45,7 @@ def _noop():
 def _reshape(ctx):
     if ctx.device.host_tensors:
         def reshape_host(x, shape):
-            dims = _int_list(ctx, shape, "shape")
+            dims = int_list(ctx, shape, "shape")
             if dims.count(-1) > 1 or (dims and min(dims) < -1):
                 raise ctx.error(_E, f"the requested shape {dims} may hold sizes >= 0 and at most one -1 (inferred)")
             try:
@@ -61,7 +56,7 @@ def _reshape(ctx):
         return reshape_host
 
     def reshape(x, shape):
-        dims = _int_list(ctx, shape, "shape")
+        dims = int_list(ctx, shape, "shape")
         if dims.count(-1) > 1 or (dims and min(dims) < -1):
             raise ctx.error(_E, f"the requested shape {dims} may hold sizes >= 0 and at most one -1 (inferred)")
         n = _num_elements(x.shape)

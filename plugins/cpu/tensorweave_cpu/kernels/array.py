@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
-from tensorweave.kernels.axes import norm_axis
+from tensorweave.kernels.axes import int_list, norm_axis
 from tensorweave.ops import index_math
 from tensorweave.ops.array_ops import range_length, strided_slice_index
 
@@ -34,11 +34,6 @@ def _placeholder(ctx):
         raise ctx.error(errors.InvalidArgumentError, "a placeholder must be fed")
     return fail
 
-
-def _int_list(ctx, t, what):
-    if t.ndim != 1:
-        raise ctx.error(_E, f"{what} must be a vector, got shape {t.shape}")
-    return t.tolist()
 
 
 # ---------------------------------------------------------------------------------------
@@ -74,8 +69,8 @@ def _concat(ctx):
 
 def _slice(ctx):
     def slice_(x, begin, size):
-        b = _int_list(ctx, begin, "begin")
-        s = _int_list(ctx, size, "size")
+        b = int_list(ctx, begin, "begin")
+        s = int_list(ctx, size, "size")
         if len(b) != x.ndim or len(s) != x.ndim:
             raise ctx.error(_E, f"begin {b} and size {s} must have one element per dimension of the input {x.shape}")
         idx = []
@@ -100,8 +95,8 @@ def _strided_slice(ctx):
         if m is not None and m[0] is begin and m[1] is end and m[2] is strides:
             idx = m[3]
         else:
-            idx = strided_slice_index(_int_list(ctx, begin, "begin"), _int_list(ctx, end, "end"),
-                                      _int_list(ctx, strides, "strides"), *masks)
+            idx = strided_slice_index(int_list(ctx, begin, "begin"), int_list(ctx, end, "end"),
+                                      int_list(ctx, strides, "strides"), *masks)
             if not any(e is Ellipsis for e in idx):
                 idx += (Ellipsis,)  # keeps a fully indexed result a 0-d array, not a scalar
             # Constants are read-only and the same object every step, so their index can be
@@ -137,7 +132,7 @@ def _split_v(ctx):
         if value.ndim == 0:
             raise ctx.error(_E, "cannot split a scalar")
         a = norm_axis(ctx, axis, value.ndim, "split axis")
-        sizes = _int_list(ctx, size_splits, "size_splits")
+        sizes = int_list(ctx, size_splits, "size_splits")
         try:
             sizes = index_math.resolve_split_sizes(sizes, value.shape[a], a, value.shape, num)
         except ValueError as e:
@@ -149,7 +144,7 @@ def _split_v(ctx):
 
 def _transpose(ctx):
     def transpose(x, perm):
-        p = _int_list(ctx, perm, "perm")
+        p = int_list(ctx, perm, "perm")
         if len(p) != x.ndim or sorted(p) != list(range(x.ndim)):
             raise ctx.error(_E, f"perm {p} is not a permutation of the {x.ndim} dimensions of the input {x.shape}")
         return np.transpose(x, p)
@@ -158,7 +153,7 @@ def _transpose(ctx):
 
 def _fill(ctx):
     def fill(dims, value):
-        d = _int_list(ctx, dims, "dims")
+        d = int_list(ctx, dims, "dims")
         if any(n < 0 for n in d):
             raise ctx.error(_E, f"dims {d} must be >= 0")
         if value.ndim != 0:
@@ -210,7 +205,7 @@ def _gather_v2(ctx):
 
 def _tile(ctx):
     def tile(x, multiples):
-        m = _int_list(ctx, multiples, "multiples")
+        m = int_list(ctx, multiples, "multiples")
         if len(m) != x.ndim:
             raise ctx.error(_E, f"multiples {m} must have one element per dimension of the input {x.shape}")
         if any(k < 0 for k in m):
@@ -252,7 +247,7 @@ def _one_hot(ctx):
 
 def _broadcast_to(ctx):
     def broadcast_to(x, shape):
-        dims = _int_list(ctx, shape, "shape")
+        dims = int_list(ctx, shape, "shape")
         try:
             return np.broadcast_to(x, dims)  # a read-only view: nothing writes into kernel outputs
         except ValueError:
@@ -263,7 +258,7 @@ def _broadcast_to(ctx):
 def _invert_permutation(ctx):
     def invert_permutation(x):
         try:
-            return index_math.invert_permutation(_int_list(ctx, x, "x"), x.dtype)
+            return index_math.invert_permutation(int_list(ctx, x, "x"), x.dtype)
         except ValueError as e:
             raise ctx.error(_E, str(e)) from None
     return invert_permutation
@@ -287,9 +282,9 @@ def _strided_slice_grad(ctx):
     dt = ctx.attrs["T"].np_dtype
 
     def strided_slice_grad(shape, begin, end, strides, dy):
-        dims = _int_list(ctx, shape, "shape")
-        idx = strided_slice_index(_int_list(ctx, begin, "begin"), _int_list(ctx, end, "end"),
-                                  _int_list(ctx, strides, "strides"), *masks)
+        dims = int_list(ctx, shape, "shape")
+        idx = strided_slice_index(int_list(ctx, begin, "begin"), int_list(ctx, end, "end"),
+                                  int_list(ctx, strides, "strides"), *masks)
         if not any(e is Ellipsis for e in idx):
             idx += (Ellipsis,)
         out = np.zeros(dims, dtype=dt)
