@@ -155,6 +155,22 @@ def test_graph_conversion_attrs_inputs_and_placement():
         tw.summary.graph_def_proto(42)
 
 
+def test_graph_nodes_outside_the_placement_name_the_placed_device():
+    # A fed placeholder is not placed; its requested "/device:CPU:0" is spelled as the one placed
+    # device it matches, so the dashboard shows one colour per device, not one per spelling.
+    with tw.device("/device:CPU:0"):
+        x = tw.placeholder(tw.float32, [None, 2], name="x")
+        m = tw.reduce_mean(x * 2.0, name="m")
+    with tw.device("/device:CPU:1"):
+        tw.placeholder(tw.float32, [], name="elsewhere")  # matches no placed device: kept as written
+    with tw.Session(config=tw.ConfigProto(device_count={"CPU": 2})) as sess:
+        placement = sess.placement([m], {x: [[1.0, 2.0]]})
+    nodes = {n.name: n for n in tw.summary.graph_def_proto(tw.get_default_graph(), placement).node}
+    assert "x" not in placement
+    assert nodes["x"].device == nodes["m"].device == "/job:localhost/replica:0/task:0/device:CPU:0"
+    assert nodes["elsewhere"].device == "/device:CPU:1"
+
+
 def test_step_stats_forms():
     now, t0 = time.time(), time.perf_counter()
     flat = [{"node": "n1", "op": "Add", "device": "/cpu:0", "start": t0, "end": t0 + 0.5, "output_bytes": 8}]

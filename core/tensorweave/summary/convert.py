@@ -17,6 +17,7 @@ import time
 import numpy as np
 
 from tensorweave.framework import dtypes, errors, serialization
+from tensorweave.framework.device_spec import DeviceSpec
 from tensorweave.framework.tensor_shape import TensorShape
 from tensorweave.kernels.summary import datatype_enum, shape_proto, tensor_proto
 from tensorweave.ops.summary_ops import tensorboard_protos
@@ -85,6 +86,21 @@ def _attr_value(value, pb):
     return av
 
 
+def _placed_match(requested: str, placed: list) -> str:
+    """A node outside the placement (a fed placeholder, an op the fetches do not need) keeps
+    its requested device, spelled as the one placed device it matches when there is exactly
+    one: the dashboard colours by the device string, so "/device:CPU:0" and
+    "/job:localhost/replica:0/task:0/device:CPU:0" would be two colours for one device."""
+    if not requested or not placed:
+        return requested
+    try:
+        spec = DeviceSpec.from_string(requested)
+    except (errors.InvalidArgumentError, ValueError):
+        return requested
+    found = [p for p in placed if spec.matches(p)]
+    return found[0] if len(found) == 1 else requested
+
+
 def graph_def_proto(graph, placement=None):
     """``graph`` (a ``tw.Graph``, our dict GraphDef, or a ``graph_pb2.GraphDef`` returned as
     it is) as a ``graph_pb2.GraphDef``; ``placement`` ({node name: device}, or a
@@ -100,10 +116,12 @@ def graph_def_proto(graph, placement=None):
         raise errors.InvalidArgumentError(
             f"add_graph takes a tw.Graph, a GraphDef dict or a graph_pb2.GraphDef, got {type(graph).__name__}")
     devices = _placement_dict(placement)
+    placed = sorted(set(devices.values()))
     out = pb.graph_pb2.GraphDef()
     out.versions.producer = int(gdef.get("versions", {}).get("producer", serialization.GRAPH_DEF_VERSION))
     for d in gdef["node"]:
-        node = out.node.add(name=d["name"], op=d["op"], device=devices.get(d["name"]) or d.get("device") or "")
+        device = devices.get(d["name"]) or _placed_match(d.get("device") or "", placed)
+        node = out.node.add(name=d["name"], op=d["op"], device=device)
         node.input.extend(_input_name(i) for i in d.get("input", ()))
         for key, tagged in sorted(d.get("attr", {}).items()):
             try:
