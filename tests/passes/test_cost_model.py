@@ -89,6 +89,27 @@ def test_measured_times_override_estimates_as_a_running_average(cpu, fake):
     assert cm2.compute_time(mm, cpu) < 1.0
 
 
+def test_records_queued_by_a_traced_step_fold_in_when_read_and_stay_bounded(cpu, fake):
+    a = tw.zeros([64, 64])
+    mm = tw.matmul(a, a).op
+    cm = CostModel(window=4)
+    calls = []
+
+    def records(secs):
+        def make():
+            calls.append(secs)
+            return [_stat(mm, cpu, secs)]
+        return make
+
+    for secs in (1.0, 1.0, 0.010, 0.010, 0.010, 0.010):
+        cm.record_later(records(secs))
+    assert calls == []  # the traced steps only queued their records
+    # Read: only the newest `window` were kept (the two 1.0 s steps were dropped), folded in order.
+    assert cm.compute_time(mm, cpu) == pytest.approx(0.010)
+    assert calls == [0.010] * 4
+    assert cm.compute_time(mm, cpu) == pytest.approx(0.010) and len(calls) == 4  # folded once
+
+
 def test_measurements_calibrate_unmeasured_devices(cpu, fake):
     a = tw.zeros([128, 128])
     mm = tw.matmul(a, a).op

@@ -171,7 +171,7 @@ class Session:
         if run_metadata is not None:
             if tracing:
                 run_metadata.set_step_stats_builder(stats.step_stats)
-                self._cost_model.record(stats.cost_records())
+                self._cost_model.record_later(stats.cost_records)
             run_metadata.placement = dict(plan.placement)
             if options is not None and getattr(options, "output_partition_graphs", False):
                 run_metadata.partition_graphs = plan.partition_graphs()

@@ -3,12 +3,13 @@ device, and the time to move bytes between devices.
 
 Three sources, best first:
 
-1. **measured** times from earlier traced runs, fed back with ``record(step_stats)``
-   (``RunOptions(trace_level=FULL_TRACE)``): a running average per (node, device). A node
-   measured on some devices but not on the one asked about gets its static estimate scaled
-   by how far off the estimate was where it was measured (the *calibration* ratio), so a
-   measured device does not look slow merely because its numbers include real overheads;
-   ratios from devices of the same type are preferred.
+1. **measured** times from earlier traced runs (``RunOptions(trace_level=FULL_TRACE)``), fed
+   back with ``record(step_stats)`` or ``record_later`` (folded when next read): a running
+   average per (node, device). A node measured on some devices but not on the one asked
+   about gets its static estimate scaled by how far off the estimate was where it was
+   measured (the *calibration* ratio), so a measured device does not look slow merely
+   because its numbers include real overheads; ratios from devices of the same type are
+   preferred.
 2. a **kernel-supplied** estimate: ``KernelDef.cost(ctx)`` -> seconds, where ``ctx`` is a
    ``KernelContext`` for the node on that device (no resources).
 3. **static heuristics**: work in flops (MatMul/BatchMatMul/Conv2D and its backprops,
@@ -23,6 +24,7 @@ type's default times ``speed``, 1.0 when absent), ``node_overhead_seconds``,
 
 from __future__ import annotations
 
+import collections
 import math
 import threading
 
@@ -90,13 +92,41 @@ class CostModel:
         self.element_cost = element_cost
         self.window = window
         # node name -> {device name: [op type, mean seconds, count]}
-        self.measured: dict[str, dict[str, list]] = {}
+        self._measured: dict[str, dict[str, list]] = {}
         # node name -> [op type, mean total output bytes, count]
-        self.measured_bytes: dict[str, list] = {}
+        self._measured_bytes: dict[str, list] = {}
+        # Traced steps not folded in yet (``record_later``): folding costs about as much as
+        # recording the step did, and only placement reads the result, so a traced step just
+        # queues its records and the next reader folds them. Older ones beyond ``window``
+        # are dropped: after ``window`` newer samples their weight in the average is small.
+        self._pending: collections.deque = collections.deque(maxlen=window)
         self._devices: dict = {}  # device name -> Device seen in estimates (for calibration)
         self._lock = threading.Lock()
 
     # -- measurements ----------------------------------------------------------------------
+    def record_later(self, records) -> None:
+        """Queue a traced step's records: ``records()`` returns what ``record`` takes; it is
+        called when the measurements are next read (deque appends are thread-safe)."""
+        self._pending.append(records)
+
+    def _settle(self) -> None:
+        while self._pending:
+            try:
+                records = self._pending.popleft()
+            except IndexError:  # another reader took the last one
+                return
+            self.record(records())
+
+    @property
+    def measured(self) -> dict:
+        self._settle()
+        return self._measured
+
+    @property
+    def measured_bytes(self) -> dict:
+        self._settle()
+        return self._measured_bytes
+
     def record(self, step_stats) -> None:
         """Fold traced node stats ({"node", "op", "device", "start", "end", "output_bytes"})
         into running averages (a mean over the first ``window`` samples, then an
@@ -109,12 +139,12 @@ class CostModel:
                 except (KeyError, TypeError, ValueError):
                     continue
                 if secs >= 0 and math.isfinite(secs):
-                    per_dev = self.measured.setdefault(name, {})
+                    per_dev = self._measured.setdefault(name, {})
                     self._fold(per_dev, dev, op_type, secs)
                 nbytes = s.get("output_bytes")
                 # 0 also means "the device's tensors do not report nbytes": keep the estimate.
                 if nbytes:
-                    self._fold(self.measured_bytes, name, op_type, float(nbytes), single=True)
+                    self._fold(self._measured_bytes, name, op_type, float(nbytes), single=True)
 
     def _fold(self, table, key, op_type, x, single=False):
         entry = table.get(key)
