@@ -51,7 +51,8 @@ class Server:
         self._channels_lock = threading.Lock()
         self.worker = Worker(self.job_name, self.task_index, channel_for=self._channel_for, config=config,
                              max_message_bytes=self._security.max_message_bytes,
-                             drop_channel=self._drop_channel)
+                             drop_channel=self._drop_channel,
+                             transport_for=lambda job: self._transports_for(self.job_name, job)[1])
         self.worker.cluster = {j: {str(t): a for (jj, t), a in self._cluster.items() if jj == j}
                                for j in {j for j, _ in self._cluster}}
         self._server = None

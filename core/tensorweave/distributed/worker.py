@@ -140,10 +140,11 @@ class _Registered:
 
 class Worker:
     """The worker service of one task. ``peers``: job -> [address]; ``channel_for(job, task)``
-    returns a transport channel to another task (used to pull tensors)."""
+    returns a transport channel to another task (used to pull tensors); ``transport_for(job)``
+    names the transport those channels use (traced steps report it)."""
 
     def __init__(self, job: str, task: int, channel_for=None, config=None, devices=None,
-                 max_message_bytes: int | None = None, drop_channel=None):
+                 max_message_bytes: int | None = None, drop_channel=None, transport_for=None):
 
         self.job, self.task = job, int(task)
         self.prefix = task_prefix(job, self.task)
@@ -153,6 +154,7 @@ class Worker:
         self.kernel_cache: dict = {}
         self.channel_for = channel_for
         self.drop_channel = drop_channel  # (job, task, channel): forget a channel that failed
+        self.transport_for = transport_for  # job -> the name of the transport pulls from it use
         self._graphs: dict[str, _Registered] = {}
         self._graph_ids = itertools.count(1)
         self._steps: dict[int, WorkerRendezvous] = {}
@@ -189,14 +191,8 @@ class Worker:
 
     def transport_name(self, job: str, task: int) -> str:
         """The name of the transport this task pulls tensors from ``/job:job/task:task`` with
-        (traced steps report it)."""
-        if self.channel_for is None:
-            return "unknown"
-        try:
-            channel = self.channel_for(job, task)
-        except errors.OpError:
-            return "unknown"
-        return _transport_of(type(channel))
+        (traced steps report it), as the server that made this worker configured it."""
+        return "unknown" if self.transport_for is None else self.transport_for(job)
 
     def pull(self, rv: WorkerRendezvous, key: str, src_device: str, callback) -> None:
         """Fetch ``key`` of step ``rv.step_id`` from the task that owns ``src_device``."""
@@ -480,28 +476,6 @@ class Worker:
             rv.abort(errors.CancelledError(f"worker {self.prefix} is shutting down"))
         self._pool.shutdown(wait=False)
         self._pull_pool.shutdown(wait=False)
-
-
-_transport_names: dict = {}  # channel class -> name of the registered transport that makes it
-
-
-def _transport_of(channel_class) -> str:
-    """The registered transport whose channels are ``channel_class`` instances. The channel
-    contract carries no name, so it is the transport defined in the channel class's module,
-    else in its package (a transport plugin is one distribution, one package)."""
-    name = _transport_names.get(channel_class)
-    if name is None:
-        module = channel_class.__module__
-        found = {}
-        for tname, cls in plugins.registry().transports.items():
-            tmod = getattr(cls, "__module__", "") or ""
-            if tmod == module:
-                found.setdefault(0, tname)
-            elif tmod.split(".")[0] == module.split(".")[0] and module.split(".")[0] != "tensorweave":
-                found.setdefault(1, tname)
-        name = found.get(0) or found.get(1) or channel_class.__name__
-        _transport_names[channel_class] = name
-    return name
 
 
 def _step_id(header: dict, method: str) -> int:
