@@ -25,6 +25,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 from tensorweave import plugins
 from tensorweave.client import timeline
+from tensorweave.client.partial_run import PartialRun
 from tensorweave.client.plan import Plan, structure_key, user_error
 from tensorweave.framework import errors
 from tensorweave.framework import graph as graph_mod
@@ -110,6 +111,7 @@ class Session:
         self._step_ids = itertools.count(1)
         self._pool: ThreadPoolExecutor | None = None
         self._active_steps: set = set()
+        self._partial_runs: dict = {}  # handle -> PartialRun still open
         self._lock = threading.Lock()
         self._default_ctx = None
         # Read once here, never per run: every run of this session is traced and written there.
@@ -214,6 +216,42 @@ class Session:
             raise root if root is not None else errs[0]
         return [feed_vals[i] if cp == "feed" else results[cp][i] for cp, i in plan.fetch_sources]
 
+    def partial_run_setup(self, fetches, feeds=None) -> str:
+        """Start a step whose ``feeds`` and ``fetches`` (every one a later ``partial_run``
+        call will name) are supplied over several ``partial_run`` calls; returns its handle.
+        Each node runs once in the step, whichever call first needs it (client/partial_run.py)."""
+        if self._closed:
+            raise errors.FailedPreconditionError("attempted to use a closed Session")
+        if type(self)._plan_class is not Plan:
+            raise errors.UnimplementedError(
+                f"partial_run is not supported by {type(self).__name__} (only local sessions have it)")
+        if not isinstance(fetches, list | tuple):
+            fetches = [fetches]
+        try:
+            run = PartialRun(self, fetches, feeds)
+        except errors.OpError as e:
+            user_error(e, self._graph)
+            raise
+        self._partial_runs[run.handle] = run
+        return run.handle
+
+    def partial_run(self, handle, fetches, feed_dict=None):
+        """Feed ``feed_dict`` into the partial run ``handle`` and return ``fetches`` (both
+        among those given to ``partial_run_setup``; each fed once and fetched once)."""
+        if self._closed:
+            raise errors.FailedPreconditionError("attempted to use a closed Session")
+        run = self._partial_runs.get(handle)
+        if run is None:
+            raise errors.InvalidArgumentError(
+                f"partial_run: no open partial run with handle {handle!r} (every fetch already fetched, "
+                "it failed, or it came from another session)")
+        timeout = self._config.operation_timeout_in_ms / 1000.0 if self._config.operation_timeout_in_ms else None
+        try:
+            return run.run(fetches, feed_dict, timeout)
+        except errors.OpError as e:
+            run.plan.user_error(e)
+            raise
+
     def _thread_pool(self) -> ThreadPoolExecutor:
         if self._pool is None:
             n = self._config.inter_op_parallelism_threads or (os.cpu_count() or 2)
@@ -267,6 +305,7 @@ class Session:
             step.cancel()
             if step.rendezvous is not None:
                 step.rendezvous.abort(errors.CancelledError("the session was closed during the step"))
+        self._partial_runs.clear()
         self._plans.clear()
         self._kernel_cache.clear()
         self._resources.local.reset()

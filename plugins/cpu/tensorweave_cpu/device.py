@@ -71,11 +71,18 @@ class CPUDeviceFactory(DeviceFactory):
         return 1
 
     def create_devices(self, name_prefix, config=None):
-        name = f"{name_prefix}/device:CPU:0"
+        # One device, or as many as ``ConfigProto(device_count={"CPU": n})`` asks for (as in
+        # TF: several CPU devices of one process, e.g. to try multi-device placement).
+        counts = getattr(config, "device_count", None) or {}
+        n = max(1, int(counts.get("CPU", counts.get("cpu", 1)) or 1))
         cores = os.cpu_count() or 1
-        dev = CPUDevice(name, None, description=f"NumPy {np.__version__} on {cores} cores")
-        dev.allocator = CPUAllocator(name)
-        return [dev]
+        out = []
+        for i in range(n):
+            name = f"{name_prefix}/device:CPU:{i}"
+            dev = CPUDevice(name, None, description=f"NumPy {np.__version__} on {cores} cores")
+            dev.allocator = CPUAllocator(name)
+            out.append(dev)
+        return out
 
     def describe(self):
         return [f"CPU:0 NumPy {np.__version__}, {os.cpu_count()} cores"]

@@ -136,6 +136,25 @@ def test_mixed_cpu_and_opencl_partitions():
     np.testing.assert_allclose(got[0], (np.exp(hh) * 2 - hh).sum(1), rtol=1e-5)
 
 
+def test_partial_run_feeds_and_fetches_opencl_nodes():
+    # The partial run's feeds arrive on the device through Recvs from the client (copied
+    # to device memory) and its fetches come back through Sends (copied to the host).
+    x = np.arange(6, dtype=np.float32).reshape(2, 3)
+    g = tw.Graph()
+    with g.as_default():
+        a = tw.placeholder(tw.float32, [2, 3], name="a")
+        c = tw.placeholder(tw.float32, [], name="c")
+        with tw.device("/device:OPENCL:0"):
+            h = tw.nn.relu(a - 1.0, name="h")
+            out = tw.reduce_sum(h * c, name="out")
+    with tw.Session(graph=g) as sess:
+        handle = sess.partial_run_setup([h, out], [a, c])
+        got_h = sess.partial_run(handle, h, {a: x})
+        assert isinstance(got_h, np.ndarray)
+        np.testing.assert_allclose(got_h, np.maximum(x - 1, 0))
+        assert sess.partial_run(handle, out, {c: 2.0}) == pytest.approx(2 * np.maximum(x - 1, 0).sum())
+
+
 def test_soft_placement_sends_ops_without_an_opencl_kernel_to_the_cpu():
     x = np.random.default_rng(5).standard_normal((4, 4)).astype(np.float32) + 4 * np.eye(4, dtype=np.float32)
 
