@@ -41,6 +41,7 @@ from tensorweave.ops.gradients import NotDifferentiable, RegisterGradient, gradi
 from tensorweave.ops.control_flow_ops import tuple_ as tuple
 from tensorweave.ops.accumulator_ops import ConditionalAccumulator
 from tensorweave.ops.data_flow_ops import FIFOQueue, QueueBase, RandomShuffleQueue, count_up_to
+from tensorweave.ops.mutex_ops import CriticalSection
 from tensorweave.ops.io_ops import *  # noqa: F401,F403
 from tensorweave.ops.math_ops import *  # noqa: F401,F403
 from tensorweave.ops.nn_ops import *  # noqa: F401,F403
