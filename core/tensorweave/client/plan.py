@@ -18,11 +18,15 @@ import numpy as np
 from tensorweave import plugins
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import Operation, Tensor
-from tensorweave.passes import plan_graph
+from tensorweave.passes import plan_graph, specialize
 from tensorweave.passes.partition import partition
 from tensorweave.runtime.executor import CompiledPartition
 
 placement_log = logging.getLogger("tensorweave.placement")
+
+# Shape-specialised plans kept per generic plan (passes/specialize.py): enough for a train
+# batch, a last smaller batch and an eval batch or two; beyond, the generic plan runs.
+MAX_SPECIALIZED = 8
 
 # ----------------------------------------------------------------------------------------
 # fetch structures
@@ -153,8 +157,10 @@ class Plan:
     graph elements once the copy is made; ``origin`` maps plan nodes back to the user's.
     """
 
-    def __init__(self, session, fetches, feed_keys):
+    def __init__(self, session, fetches, feed_keys, feed_shapes=None):
         graph = session._graph
+        self._fetches_arg = fetches
+        self._specialized: dict = {}  # fed shapes -> a Plan specialised to them (specialized_for)
         self.session = session
         self.config = session._config
         self.devices = session._devices
@@ -180,7 +186,13 @@ class Plan:
         self.kernels = reg.kernels
         for _name, fn in reg.passes.ordered("prune"):
             fn(self)
+        # Only a local plan of this class specialises (the distributed master's plans are
+        # compiled by the workers), and only when the shapes fed would tell it something.
+        self.specializable = (type(self) is Plan and feed_shapes is None
+                              and specialize.can_specialize(self.nodes, self.feeds))
         plan_graph.build(self)  # from here on, plan-graph nodes (the user's graph is untouched)
+        if feed_shapes is not None:
+            specialize.specialize_shapes(self, feed_shapes)
         version = self.graph._version
         for _name, fn in reg.passes.ordered("pre_placement"):
             fn(self)
@@ -243,6 +255,27 @@ class Plan:
         self.fetch_sources = [("feed", self.feeds.index(t)) if t in fed else producer_part[t]
                               for t in self.fetches]
         self.dynamic = True
+
+    def specialized_for(self, feed_vals) -> Plan:
+        """The plan for these fed values: one specialised to their shapes (built the first
+        time; at most ``MAX_SPECIALIZED`` per plan), else this one. A feed whose shape keeps
+        changing thus costs one dict lookup per step once the cache is full, never a build."""
+        try:
+            key = tuple(v.shape for v in feed_vals)
+        except AttributeError:
+            return self
+        plan = self._specialized.get(key)
+        if plan is not None:
+            return plan
+        if len(self._specialized) >= MAX_SPECIALIZED:
+            return self
+        session = self.session
+        with session._lock:
+            plan = self._specialized.get(key)
+            if plan is None and len(self._specialized) < MAX_SPECIALIZED:
+                plan = self._specialized[key] = Plan(session, self._fetches_arg, self.feed_keys, feed_shapes=key)
+                session._plan_builds += 1
+        return plan or self
 
     def partition_graphs(self) -> list[dict]:
         """Each device's part of the plan as a GraphDef (``RunOptions.output_partition_graphs``)."""

@@ -105,6 +105,7 @@ class Session:
         self._resources = SessionResources(f"{label} {self._id}")
         self._plans: dict = {}
         self._plan_version = -1
+        self._plan_builds = 0  # plans built, specialised ones included (tests count rebuilds)
         self._kernel_cache: dict = {}
         self._cost_model = CostModel()
         self._closed = False
@@ -138,6 +139,8 @@ class Session:
         plan = self._plan_for(fetches, feed_dict or ())
         # in the plan's order of the feeds, whatever the order of this feed_dict
         feed_vals = [conv(feed_dict[k]) for conv, k in zip(plan.converters, plan.feed_keys)] if plan.feed_keys else ()
+        if plan.specializable:
+            plan = plan.specialized_for(feed_vals)
         try:
             out = self._execute(plan, feed_vals, options, run_metadata)
         except errors.OpError as e:
@@ -278,6 +281,7 @@ class Session:
             with self._lock:
                 try:
                     plan = self._plan_class(self, fetches, tuple(feed_keys))
+                    self._plan_builds += 1
                 except errors.OpError as e:
                     user_error(e, g)
                     raise

@@ -11,6 +11,10 @@ and called on the host, exactly as a plan would call it. Its outputs become ``Co
 (named ``<node>/folded``, read-only like every constant, with the node's device request)
 that its remaining consumers read; pruning then drops what nothing needs any more.
 
+Shape, Size and Rank of a tensor whose static shape is fully defined fold too, whatever
+their input (the shape is known without computing it): gradient graphs are full of them,
+and a plan specialised to the shapes fed (client/plan.py) has every shape it can.
+
 Not folded: outputs over ``MAX_BYTES`` (10 MB), values whose dtype or shape is not what the
 graph declares, and fetched tensors themselves (a fetch still returns a fresh array each
 step; what consumes the fetched tensor still sees the constant). A fed tensor is not a
@@ -23,6 +27,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework.device_spec import DeviceSpec
+from tensorweave.framework.graph import constant_value
 from tensorweave.framework.kernel_registry import KernelContext
 from tensorweave.framework.tensor_shape import TensorShape
 from tensorweave.ops.control_flow_primitives import CONTROL_FLOW_OPS
@@ -77,8 +82,16 @@ def _fits(t, v) -> bool:
     return t._shape.is_compatible_with(TensorShape(list(v.shape)))
 
 
-def fold_constants(nodes, kernels, host_device, resources=None, fed=(), fetched=()) -> dict:
-    """{tensor: value} for the tensors of ``nodes`` that can be replaced by constants."""
+# Ops whose output follows from their input's static shape alone (when fully defined).
+SHAPE_OPS = frozenset({"Shape", "Size", "Rank"})
+_VARIABLE_OPS = frozenset({"Variable", "VariableV2"})
+
+
+def fold_constants(nodes, kernels, host_device, resources=None, fed=(), fetched=(), shapes=True) -> dict:
+    """{tensor: value} for the tensors of ``nodes`` that can be replaced by constants.
+    ``shapes``: also the outputs of Shape/Size/Rank of tensors whose static shape is fully
+    defined (their inputs need not be constant); off in plans with control-flow frames,
+    where a constant would sit outside the frame its consumers run in."""
     fed = set(fed)
     value: dict = {}
     out: dict = {}
@@ -89,6 +102,15 @@ def fold_constants(nodes, kernels, host_device, resources=None, fed=(), fetched=
             if not op._control_inputs and t not in fed:
                 value[t] = op._attrs["value"]
             continue
+        if shapes and op._op_def.name in SHAPE_OPS and not op._control_inputs:
+            t = op._outputs[0]
+            # not of a variable: assign(validate_shape=False) may change its shape
+            v = constant_value(t) if t not in fed and op._inputs[0].op.type not in _VARIABLE_OPS else None
+            if v is not None:
+                value[t] = v
+                if t not in fetched:
+                    out[t] = v
+                continue
         if not foldable(op) or any(t not in value for t in op._inputs):
             continue
         kd = kernels.lookup(op.type, host_device.device_type, op._attrs)
@@ -121,8 +143,9 @@ def constant_folding_pass(plan) -> None:
     host = next((d for d in plan.devices if d.device_type == "CPU"), None)
     if host is None:
         return
+    frames = any(op._op_def.name in CONTROL_FLOW_OPS for op in plan.nodes)
     folded = fold_constants(plan.nodes, plan.kernels, host, plan.session._resources,
-                            plan.feeds, set(plan.fetches))
+                            plan.feeds, set(plan.fetches), shapes=not frames)
     if not folded:
         return
     # Only tensors something that stays still reads need a Const.

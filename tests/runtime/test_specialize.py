@@ -1,0 +1,94 @@
+"""Plans specialised to the shapes fed (passes/specialize.py, Plan.specialized_for): a
+`None`-batch graph runs a plan whose shapes are the fed ones (Shape/BroadcastGradientArgs
+chains folded, matmuls sized), gives the results of the static-shape graph, builds one
+plan per batch size up to a bound and none after it."""
+
+import numpy as np
+import pytest
+
+import tensorweave as tw
+from tensorweave.client.plan import MAX_SPECIALIZED
+
+
+def _mlp(batch):
+    g = tw.Graph()
+    rng = np.random.default_rng(0)
+    with g.as_default():
+        x = tw.placeholder(tw.float32, [batch, 8], name="x")
+        y = tw.placeholder(tw.int32, [batch], name="y")
+        w1 = tw.Variable(rng.standard_normal((8, 16)).astype(np.float32), name="w1")
+        b1 = tw.Variable(np.zeros(16, np.float32), name="b1")
+        w2 = tw.Variable(rng.standard_normal((16, 4)).astype(np.float32), name="w2")
+        logits = tw.matmul(tw.nn.relu(tw.matmul(x, w1) + b1), w2)
+        loss = tw.reduce_mean(tw.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+        train = tw.train.GradientDescentOptimizer(0.1).minimize(loss)
+        init = tw.global_variables_initializer()
+    return g, x, y, loss, train, init, (w1, b1, w2)
+
+
+def _data(n, seed):
+    rng = np.random.default_rng(seed)
+    return rng.standard_normal((n, 8)).astype(np.float32), rng.integers(0, 4, n).astype(np.int32)
+
+
+def test_none_batch_plans_match_static_plans_for_several_batch_sizes():
+    for n in (1, 5, 64):
+        xs, ys = _data(n, n)
+        results = []
+        for batch in (None, n):
+            g, x, y, loss, train, init, ws = _mlp(batch)
+            with tw.Session(graph=g) as sess:
+                sess.run(init)
+                losses = [sess.run([loss, train], {x: xs, y: ys})[0] for _ in range(3)]
+                results.append((losses, sess.run(list(ws))))
+        (l_none, w_none), (l_static, w_static) = results
+        assert l_none == l_static  # same kernels on the same shapes: bit-identical
+        for a, b in zip(w_none, w_static):
+            np.testing.assert_array_equal(a, b)
+
+
+def test_the_specialised_plan_folds_the_shape_computations():
+    g, x, y, loss, train, init, _ = _mlp(None)
+    xs, ys = _data(32, 0)
+    with tw.Session(graph=g) as sess:
+        sess.run(init)
+        sess.run(train, {x: xs, y: ys})
+        (generic,) = [p for p in sess._plans.values() if p._specialized]
+        (special,) = generic._specialized.values()
+        types = lambda plan: {op.type for op in plan.nodes}  # noqa: E731
+        assert "Shape" in types(generic)  # the batch size is computed at run time there
+        assert not {"Shape", "BroadcastGradientArgs", "Prod"} & types(special)
+        assert len(special.nodes) < len(generic.nodes)
+        mm = [op for op in special.nodes if op.type == "MatMul"]
+        assert mm and all(op.outputs[0].shape.is_fully_defined() for op in mm)
+        assert not special.dynamic  # small matmuls run inline, not through the thread pool
+
+
+def test_new_batch_sizes_stop_building_plans_after_the_bound():
+    g, x, y, loss, train, init, _ = _mlp(None)
+    with tw.Session(graph=g) as sess:
+        sess.run(init)
+        before = sess._plan_builds
+        sess.run(loss, {x: _data(4, 0)[0], y: _data(4, 0)[1]})
+        builds = sess._plan_builds
+        assert builds == before + 2  # the generic plan and one for batch 4
+        sess.run(loss, {x: _data(4, 1)[0], y: _data(4, 1)[1]})
+        assert sess._plan_builds == builds  # same shapes: no build
+        sizes = range(5, 5 + 3 * MAX_SPECIALIZED)  # a batch that changes every step
+        for n in sizes:
+            xs, ys = _data(n, n)
+            got = sess.run(loss, {x: xs, y: ys})
+            assert np.isfinite(got)
+        (generic,) = [p for p in sess._plans.values() if p._specialized]
+        assert len(generic._specialized) == MAX_SPECIALIZED  # bounded
+        assert sess._plan_builds == before + 1 + MAX_SPECIALIZED
+        # an unspecialised step gives what a specialised one does
+        xs, ys = _data(4, 7)
+        special = sess.run(loss, {x: xs, y: ys})
+        assert special == pytest.approx(sess.run(loss, {x: np.concatenate([xs, xs]), y: np.concatenate([ys, ys])}))
+
+
+def test_a_feed_of_the_wrong_shape_is_still_refused_by_name():
+    g, x, y, loss, *_ = _mlp(None)
+    with tw.Session(graph=g) as sess, pytest.raises(tw.errors.InvalidArgumentError, match="x:0"):
+        sess.run(loss, {x: np.zeros((3, 7), np.float32), y: np.zeros(3, np.int32)})
