@@ -677,7 +677,22 @@ def _table() -> dict[str, OpSpec]:
         t[name] = OpSpec(_random(name), type_attr="dtype")
     t["RandomUniformInt"] = OpSpec(_random("RandomUniformInt"), type_attr="Tout")
     t["RandomShuffle"] = OpSpec(_random("RandomShuffle"))
+    # Transfer compression (fixed dtypes: the element-wise fallback does not cover them).
+    t["_CompressF32ToBF16"] = OpSpec(_compress_bf16, dtypes=("float32",))
+    t["_DecompressBF16ToF32"] = OpSpec(_decompress_bf16, dtypes=("uint16",))
     return t
+
+
+def _compress_bf16(dt, rng):
+    # specials (zeros, the smallest subnormal, max float, infinities, NaNs with a payload
+    # only in the low 16 bits) and random bit patterns
+    bits = rng.integers(0, 1 << 32, 64, dtype=np.uint64).astype(np.uint32)
+    bits[:8] = [0, 0x80000000, 1, 0x7F7FFFFF, 0x7F800000, 0xFF800000, 0x7FC00000, 0x7F800001]
+    return [Case([bits.view(np.float32).reshape(8, 8)], label="8x8"), Case([np.float32(-1.5)], label="scalar")]
+
+
+def _decompress_bf16(dt, rng):
+    return [Case([np.arange(1 << 16, dtype=np.uint16).reshape(256, 256)], label="every uint16", tol=(0.0, 0.0))]
 
 
 def _cast_gen(pair, rng):

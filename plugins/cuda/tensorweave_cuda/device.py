@@ -362,7 +362,7 @@ class CUDADevice(Device):
         arr = np.asarray(array)
         if not catalog.supported(arr.dtype):
             raise errors.InvalidArgumentError(
-                f"{self.name} holds tensors of dtype {', '.join(catalog.ALL)}; got {arr.dtype} "
+                f"{self.name} holds tensors of dtype {', '.join(catalog.DTYPES)}; got {arr.dtype} "
                 f"(place ops on {arr.dtype} tensors on the CPU)")
         if arr.nbytes <= HOST_BYTES:
             return self.host_tensor(arr)

@@ -20,12 +20,15 @@ from tensorweave.framework import errors
 
 KERNEL_DIR = Path(__file__).resolve().parent / "kernels"
 
-# NumPy dtype -> OpenCL C type. bool is one byte holding 0 or 1, as in NumPy.
+# NumPy dtype -> OpenCL C type (also the dtypes an OPENCL device holds). bool is one byte
+# holding 0 or 1, as in NumPy. uint16 is the bfloat16 form of compressed transfers
+# (kernels/compression.py).
 CTYPES = {
     np.dtype(np.float32): "float", np.dtype(np.float64): "double",
     np.dtype(np.int32): "int", np.dtype(np.int64): "long",
     np.dtype(np.int16): "short", np.dtype(np.int8): "char",
     np.dtype(np.uint8): "uchar", np.dtype(np.bool_): "uchar",
+    np.dtype(np.uint16): "ushort",
 }
 
 _sources: dict[str, str] = {}

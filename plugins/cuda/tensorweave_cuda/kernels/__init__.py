@@ -1,9 +1,11 @@
 """The CUDA kernels: CUDA C sources (``*.cu``, sharing ``common.cuh``), the catalog that
 names them (``catalog.py``) and the Python side of each op family, which plans a launch and
 calls a compiled function (``elementwise.py``, ``reduction.py``, ``nn.py``, ``array.py``,
-``training.py``, ``matmul.py``, ``conv.py``, ``pooling.py``, ``random.py``). Variables, the shape-only kernels and NoOp are the core's
+``training.py``, ``matmul.py``, ``conv.py``, ``pooling.py``, ``random.py``,
+``compression.py``). Variables, the shape-only kernels and NoOp are the core's
 (``tensorweave.kernels``), registered for every device type and the dtypes every device
-holds, which are all the dtypes this device holds (``catalog.ALL``).
+holds, which are all the dtypes this device computes with (``catalog.ALL``; it also holds
+uint16, only as the compressed form of transfers).
 
 Sources are compiled at run time by PyCUDA's ``SourceModule`` (one module per file and
 defines, see ``program.py``) and to PTX by the tests wherever ``nvcc`` exists. Importing this
@@ -22,7 +24,8 @@ from tensorweave.kernels import state as core_state
 from tensorweave_cuda.kernels import catalog
 
 KERNEL_DIR = Path(__file__).resolve().parent
-FAMILIES = ("elementwise", "reduction", "nn", "array", "training", "matmul", "conv", "pooling", "random")
+FAMILIES = ("elementwise", "reduction", "nn", "array", "training", "matmul", "conv", "pooling", "random",
+            "compression")
 # Families whose kernels call cuBLAS: registered only where it loaded.
 BLAS_FAMILIES = ("matmul", "conv")
 _INCLUDE = re.compile(r'^#include "([\w.]+)"\s*$', re.M)

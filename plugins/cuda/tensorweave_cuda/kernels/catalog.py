@@ -44,6 +44,11 @@ DTYPES = {d.name: d for d in (
     DType("int32", "i32", "int", "i", "int"),
     DType("int64", "i64", "tw_i64", "q", "int"),
     DType("bool", "b8", "tw_b8", "B", "bool"),
+    # Held, but computed on only by the compression kernels: the bfloat16 form of float32
+    # transfers (whitepaper 5.5) arrives and leaves as uint16. Not in ALL: no other op has a
+    # uint16 kernel here, and no signature takes a uint16 value (its code "H" is the struct
+    # module's, unused).
+    DType("uint16", "u16", "tw_u16", "H", "int"),
 )}
 FLOAT = ("float32", "float64")
 INT = ("int32", "int64")
@@ -383,6 +388,21 @@ def random_kernels() -> list[KernelRef]:
 
 
 # ---------------------------------------------------------------------------------------
+# compression.cu: one module; lossy transfer compression (whitepaper 5.5, the core's
+# passes/compression.py): float32 <-> the upper 16 bits of each value, as uint16
+SIG_COMPRESSION = "PPq"    # x, y, n
+COMPRESSION_OPS = {"_CompressF32ToBF16": "tw_compress_f32_bf16", "_DecompressBF16ToF32": "tw_decompress_bf16_f32"}
+
+
+def compression_kernel(op: str) -> KernelRef:
+    return KernelRef("compression.cu", (), COMPRESSION_OPS[op], SIG_COMPRESSION)
+
+
+def compression_kernels() -> list[KernelRef]:
+    return [compression_kernel(op) for op in COMPRESSION_OPS]
+
+
+# ---------------------------------------------------------------------------------------
 def all_kernels() -> list[KernelRef]:
     """Every function of every module the plugin may load, grouped by nothing in particular."""
     out = []
@@ -391,7 +411,7 @@ def all_kernels() -> list[KernelRef]:
     for name in REDUCE_DTYPES:
         out += reduce_kernels(DTYPES[name])
     return (out + cast_kernels() + arg_kernels() + softmax_kernels() + training_kernels() + conv_kernels()
-            + pool_kernels() + random_kernels())
+            + pool_kernels() + random_kernels() + compression_kernels())
 
 
 def modules() -> dict[tuple, list[KernelRef]]:

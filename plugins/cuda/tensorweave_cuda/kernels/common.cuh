@@ -10,6 +10,7 @@
 
 typedef long long tw_i64;
 typedef unsigned char tw_b8;
+typedef unsigned short tw_u16;  // the bfloat16 form of compressed transfers (compression.cu)
 
 #define TW_MAX_DIMS 6
 #define TW_MAX_BLOCK 256

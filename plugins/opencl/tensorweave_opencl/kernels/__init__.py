@@ -5,7 +5,8 @@ plan first needs them.
 
 Variables, the shape-only kernels and NoOp are the core's (``tensorweave.kernels``),
 registered for every device type and the dtypes every device holds; ``register_all`` adds
-them for the other dtypes OPENCL holds (uint8)."""
+them for the other dtypes OPENCL computes with (uint8). uint16 is held only as the
+compressed form of transfers (``compression.py``)."""
 
 from __future__ import annotations
 
@@ -17,7 +18,7 @@ from tensorweave.kernels import state as core_state
 from tensorweave_opencl.kernels.common import ALL, OPENCL
 
 FAMILIES = ("elementwise", "reduce", "matmul", "nn", "spatial", "array", "slicing", "gather", "scan", "shapes",
-            "training")
+            "training", "compression")
 
 
 def register_all(registry):
