@@ -31,6 +31,7 @@ from tensorweave.framework.graph import (
 from tensorweave.framework.importer import import_graph_def
 from tensorweave.framework.tensor_shape import TensorShape
 from tensorweave import distributed, layers, python_io, summary, train  # distributed: the sessions for cluster targets
+from tensorweave import app, contrib, flags, gfile, logging, losses, test  # TF1's platform APIs (docs/tf1.md)
 from tensorweave.ops import nn
 from tensorweave.ops.init_ops import *  # noqa: F401,F403
 from tensorweave.ops.variable_scope import *  # noqa: F401,F403
@@ -40,10 +41,12 @@ from tensorweave.ops.control_flow_ops import case, cond, while_loop
 from tensorweave.ops.gradients import NotDifferentiable, RegisterGradient, gradients, no_gradient
 from tensorweave.ops.control_flow_ops import tuple_ as tuple
 from tensorweave.ops.accumulator_ops import ConditionalAccumulator
-from tensorweave.ops.data_flow_ops import FIFOQueue, QueueBase, RandomShuffleQueue, count_up_to
 from tensorweave.ops.mutex_ops import CriticalSection
+from tensorweave.ops.data_flow_ops import FIFOQueue, QueueBase, RandomShuffleQueue, count_up_to
 from tensorweave.ops.io_ops import *  # noqa: F401,F403
 from tensorweave.ops.math_ops import *  # noqa: F401,F403
+from tensorweave.ops.math_ops import argmax, argmin, cast, matmul  # named: the TF1 aliases below use them
+from tensorweave.ops.array_ops import concat
 from tensorweave.ops.nn_ops import *  # noqa: F401,F403
 from tensorweave.ops.random_ops import *  # noqa: F401,F403
 from tensorweave.ops.state_ops import assign, assign_add, assign_sub, is_variable_initialized
@@ -122,3 +125,67 @@ def list_devices(config=None):
 def colocate_with(op, ignore_existing=False):
     """Place ops created inside on the same device as ``op`` (a variable, op or tensor)."""
     return get_default_graph().colocate_with(op, ignore_existing)
+
+
+# ---------------------------------------------------------------------------------------
+# TF1's deprecated names that programs written before TF 1.0 still use (docs/tf1.md). Those
+# already in an op family's __all__ (mul, sub, neg, div, pack, unpack, to_float, ...) come
+# from there; `select` is missing because there is no Select op yet.
+def arg_max(input, dimension, output_type=int64, name=None):  # noqa: A002 - TF1 argument name
+    """``tw.argmax`` under its pre-1.0 name."""
+    return argmax(input, dimension, name=name, output_type=output_type)
+
+
+def arg_min(input, dimension, output_type=int64, name=None):  # noqa: A002
+    """``tw.argmin`` under its pre-1.0 name."""
+    return argmin(input, dimension, name=name, output_type=output_type)
+
+
+def to_double(x, name="ToDouble"):
+    return cast(x, float64, name=name)
+
+
+def concat_v2(values, axis, name="concat_v2"):
+    """``tw.concat`` under its TF 0.12 name."""
+    return concat(values, axis, name=name)
+
+
+def batch_matmul(x, y, adj_x=False, adj_y=False, name=None):
+    """``tw.matmul`` of (batches of) matrices, under its pre-1.0 name."""
+    return matmul(x, y, adjoint_a=adj_x, adjoint_b=adj_y, name=name)
+
+
+def initialize_local_variables():
+    return local_variables_initializer()
+
+
+def initialize_variables(var_list, name="init"):
+    return variables_initializer(var_list, name=name)
+
+
+def scalar_summary(tags, values, collections=None, name=None):
+    """``tw.summary.scalar(tags, values)`` (TF 0.x name)."""
+    return summary.scalar(tags, values, collections=collections)
+
+
+def histogram_summary(tag, values, collections=None, name=None):
+    return summary.histogram(tag, values, collections=collections)
+
+
+def image_summary(tag, tensor, max_images=3, collections=None, name=None):
+    return summary.image(tag, tensor, max_outputs=max_images, collections=collections)
+
+
+def audio_summary(tag, tensor, sample_rate, max_outputs=3, collections=None, name=None):
+    return summary.audio(tag, tensor, sample_rate, max_outputs=max_outputs, collections=collections)
+
+
+def merge_summary(inputs, collections=None, name=None):
+    return summary.merge(inputs, collections=collections, name=name)
+
+
+def merge_all_summaries(key=GraphKeys.SUMMARIES):
+    return summary.merge_all(key)
+
+
+SummaryWriter = summary.FileWriter

@@ -24,7 +24,7 @@ import threading
 import weakref
 
 from tensorweave.framework import dtypes, errors
-from tensorweave.framework.graph import get_default_graph
+from tensorweave.framework.graph import GraphKeys, get_default_graph
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
 from tensorweave.ops import init_ops
 from tensorweave.ops.variables import Variable
@@ -55,7 +55,8 @@ class _VariableStore:
         self.vars: dict[str, object] = {}
         self.lock = threading.RLock()
 
-    def get_variable(self, name, shape, dtype, initializer, reuse, trainable, collections, validate_shape):
+    def get_variable(self, name, shape, dtype, initializer, reuse, trainable, collections, validate_shape,
+                     regularizer=None):
         shape = as_shape(shape) if shape is not None else None
         from_value = initializer is not None and not callable(initializer)
         if from_value and shape is not None:
@@ -108,7 +109,22 @@ class _VariableStore:
                 v = Variable(initial_value=init_val, name=name, trainable=trainable, collections=collections,
                              dtype=var_dtype, validate_shape=validate_shape)
             self.vars[name] = v
+            if regularizer is not None:
+                _add_regularization_loss(name, v, regularizer)
             return v
+
+
+def _add_regularization_loss(name, var, regularizer):
+    """TF1: a new variable's ``regularizer(var)`` (unless None) joins
+    REGULARIZATION_LOSSES, built in the absolute name scope ``<var name>/Regularizer/``."""
+    if not callable(regularizer):
+        raise errors.InvalidArgumentError(
+            f"get_variable {name!r}: regularizer must be a callable taking the variable, got {regularizer!r}")
+    g = get_default_graph()
+    with g.name_scope(None), g.control_dependencies(None), g.name_scope(f"{name}/Regularizer/"):
+        loss = regularizer(var)
+    if loss is not None:
+        g.add_to_collection(GraphKeys.REGULARIZATION_LOSSES, loss)
 
 
 def _takes_no_arguments(fn) -> bool:
@@ -125,16 +141,18 @@ class VariableScope:
     mode, initializer and dtype. ``reuse_variables()`` switches the rest of the block to
     reuse."""
 
-    def __init__(self, reuse, name="", initializer=None, dtype=dtypes.float32, name_scope=""):
+    def __init__(self, reuse, name="", initializer=None, dtype=dtypes.float32, name_scope="", regularizer=None):
         self._name = name
         self._reuse = reuse
         self._initializer = initializer
+        self._regularizer = regularizer
         self._dtype = dtypes.as_dtype(dtype)
         self._name_scope = name_scope
 
     name = property(lambda self: self._name)
     reuse = property(lambda self: self._reuse)
     initializer = property(lambda self: self._initializer)
+    regularizer = property(lambda self: self._regularizer)
     dtype = property(lambda self: self._dtype)
     original_name_scope = property(lambda self: self._name_scope)
 
@@ -147,17 +165,22 @@ class VariableScope:
     def set_dtype(self, dtype):
         self._dtype = dtypes.as_dtype(dtype)
 
+    def set_regularizer(self, regularizer):
+        self._regularizer = regularizer
+
     def get_variable(self, var_store, name, shape=None, dtype=None, initializer=None, trainable=True,
-                     collections=None, validate_shape=True, reuse=None):
+                     collections=None, validate_shape=True, reuse=None, regularizer=None):
         full_name = f"{self._name}/{name}" if self._name else name
         if reuse is None or reuse is False:
             reuse = self._reuse
         if initializer is None:
             initializer = self._initializer
+        if regularizer is None:
+            regularizer = self._regularizer
         if dtype is None and (initializer is None or callable(initializer)):
             dtype = self._dtype  # a value initializer keeps its own dtype unless one is given
         return var_store.get_variable(full_name, shape, dtype, initializer, reuse, trainable, collections,
-                                      validate_shape)
+                                      validate_shape, regularizer)
 
     def __repr__(self):
         return f"<tw.VariableScope {self._name!r} reuse={self._reuse}>"
@@ -237,8 +260,12 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
     initializer by default, then ``glorot_uniform_initializer`` for floats and zeros for
     integers, bools and strings), a callable of no arguments, or a value/Tensor (then
     ``shape`` must not be given). ``dtype`` defaults to the scope's (float32).
+
+    ``regularizer`` (default: the scope's) is called with a newly created variable; a
+    Tensor it returns is added to ``GraphKeys.REGULARIZATION_LOSSES`` (see
+    ``tw.losses.get_regularization_loss``). Reused variables add nothing.
     """
-    for arg, val in (("regularizer", regularizer), ("caching_device", caching_device),
+    for arg, val in (("caching_device", caching_device),
                      ("partitioner", partitioner), ("custom_getter", custom_getter), ("constraint", constraint)):
         if val is not None:
             raise errors.UnimplementedError(f"get_variable: {arg} is not supported")
@@ -246,7 +273,8 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
         raise errors.InvalidArgumentError(f"get_variable: name must be a non-empty string, got {name!r}")
     st = _state()
     return st.current.get_variable(st.store, name, shape=shape, dtype=dtype, initializer=initializer,
-                                   trainable=trainable, collections=collections, validate_shape=validate_shape)
+                                   trainable=trainable, collections=collections, validate_shape=validate_shape,
+                                   regularizer=regularizer)
 
 
 class variable_scope:  # noqa: N801 - TensorFlow's name
@@ -255,8 +283,8 @@ class variable_scope:  # noqa: N801 - TensorFlow's name
     ``name_or_scope`` is a string (nested under the current scope) or a ``VariableScope``
     captured earlier (re-entered as is). With ``name_or_scope`` None, ``default_name`` is
     used, made unique. ``reuse`` True or ``tw.AUTO_REUSE`` applies to the scope and its
-    sub-scopes; None or False inherits the enclosing scope's. ``initializer`` and ``dtype``
-    become the defaults of ``get_variable`` inside.
+    sub-scopes; None or False inherits the enclosing scope's. ``initializer``,
+    ``regularizer`` and ``dtype`` become the defaults of ``get_variable`` inside.
     """
 
     def __init__(self, name_or_scope, default_name=None, values=None, initializer=None, regularizer=None,
@@ -272,10 +300,13 @@ class variable_scope:  # noqa: N801 - TensorFlow's name
                 f"variable_scope: reuse must be True, False, None or tw.AUTO_REUSE, got {reuse!r}")
         if name_or_scope is None and reuse is True:
             raise errors.InvalidArgumentError("variable_scope: reuse=True cannot be used without a name_or_scope")
-        for arg, val in (("regularizer", regularizer), ("caching_device", caching_device),
+        for arg, val in (("caching_device", caching_device),
                          ("partitioner", partitioner), ("custom_getter", custom_getter), ("constraint", constraint)):
             if val is not None:
                 raise errors.UnimplementedError(f"variable_scope: {arg} is not supported")
+        if regularizer is not None and not callable(regularizer):
+            raise errors.InvalidArgumentError(f"variable_scope: regularizer must be callable, got {regularizer!r}")
+        self._regularizer = regularizer
         self._name_or_scope = name_or_scope
         self._default_name = default_name
         self._initializer = initializer
@@ -316,13 +347,16 @@ class variable_scope:  # noqa: N801 - TensorFlow's name
 
         if isinstance(nos, VariableScope):
             scope = VariableScope(self._reuse if self._reuse else nos.reuse, name=new_name,
-                                  initializer=nos.initializer, dtype=nos.dtype, name_scope=nos.original_name_scope)
+                                  initializer=nos.initializer, dtype=nos.dtype, name_scope=nos.original_name_scope,
+                                  regularizer=nos.regularizer)
         else:
             reuse = self._reuse or old.reuse
             scope = VariableScope(reuse, name=new_name, initializer=old.initializer, dtype=old.dtype,
-                                  name_scope=current_ns)
+                                  name_scope=current_ns, regularizer=old.regularizer)
         if self._initializer is not None:
             scope.set_initializer(self._initializer)
+        if self._regularizer is not None:
+            scope.set_regularizer(self._regularizer)
         if self._dtype is not None:
             scope.set_dtype(self._dtype)
         st.open(new_name)

@@ -2,8 +2,9 @@
 
 1. **Feasible devices** per node: devices that match its ``tw.device`` constraint (partial
    specs such as ``/device:OPENCL:*`` or ``/job:worker/task:17``) and have a kernel for it;
-   with ``allow_soft_placement`` a constraint nothing satisfies falls back to any device
-   with a kernel.
+   with ``allow_soft_placement`` a constraint nothing satisfies falls back to the devices
+   of the job/replica/task it names (any device type: a program written for
+   ``/gpu:0`` runs where there is none), else to any device with a kernel.
 2. **Colocation**: a variable and every op that takes it by reference, and ops created
    under ``tw.colocate_with`` (attr ``_class: ["loc:@name"]``), are joined by union-find;
    each group may go only to the intersection of its members' feasible devices.
@@ -87,7 +88,12 @@ def feasible_devices(op, devices, kernels, allow_soft_placement=False):
     matching = [d for d in ok_kernel if spec.matches(d.spec)]
     if matching or not allow_soft_placement:
         return matching, spec, ok_kernel
-    return ok_kernel, spec, ok_kernel
+    # Soft placement, as TF: keep the job, replica and task asked for and let the device
+    # type and index go ('/job:worker/task:1/device:GPU:0' -> a device of that task); only
+    # if that task has no device with a kernel either, any device that has one.
+    same_task = DeviceSpec(spec.job, spec.replica, spec.task)
+    nearby = [d for d in ok_kernel if same_task.matches(d.spec)]
+    return (nearby or ok_kernel), spec, ok_kernel
 
 
 def _groups_and_candidates(nodes, devices, kernels, soft):
@@ -107,7 +113,8 @@ def _groups_and_candidates(nodes, devices, kernels, soft):
                     raise errors.InvalidArgumentError(
                         f"cannot assign a device for {op.type} node '{op.name}': its device "
                         f"specification '{op.device}' matches no device; available: "
-                        f"{[d.name for d in devices]}", node_def=op.name, op=op)
+                        f"{[d.name for d in devices]} (set allow_soft_placement=True in the Session's "
+                        "ConfigProto to place such nodes on an available device)", node_def=op.name, op=op)
                 if with_kernel:
                     raise errors.InvalidArgumentError(
                         f"cannot assign a device for {op.type} node '{op.name}': its device specification "

@@ -104,8 +104,9 @@ class Optimizer:
 
     def compute_gradients(self, loss, var_list=None, gate_gradients=GATE_OP, aggregation_method=None,
                           colocate_gradients_with_ops=False, grad_loss=None):
-        """``[(gradient, variable)]`` for ``var_list`` (default: the trainable variables);
-        the gradient is None for a variable the loss does not depend on."""
+        """``[(gradient, variable)]`` for ``var_list`` (default: the trainable variables; any
+        iterable of variables, such as ``some_dict.values()``); the gradient is None for a
+        variable the loss does not depend on."""
         if callable(loss) and not isinstance(loss, Tensor | Variable):
             raise errors.UnimplementedError(
                 f"{self._name}.compute_gradients: loss must be a Tensor (callable losses are for eager "
@@ -329,7 +330,18 @@ def _var_key(var):
 
 
 def _flatten(x):
-    if isinstance(x, list | tuple):
+    """The variables in ``var_list``: any iterable of them (a list, ``dict.values()``, a
+    generator, a set), nested; a dict gives its values in key order, as TF1's
+    ``nest.flatten`` does; a set is ordered by name so the graph built is deterministic."""
+    if isinstance(x, Variable | Tensor | Operation | str | bytes):
+        yield x
+    elif isinstance(x, dict):
+        for k in sorted(x, key=repr):
+            yield from _flatten(x[k])
+    elif isinstance(x, set | frozenset):
+        for y in sorted(x, key=lambda v: (str(getattr(v, "name", "")), repr(v))):
+            yield from _flatten(y)
+    elif hasattr(x, "__iter__"):
         for y in x:
             yield from _flatten(y)
     else:
