@@ -8,10 +8,13 @@ from tensorweave.train.adagrad import AdagradOptimizer
 from tensorweave.train.adam import AdamOptimizer
 from tensorweave.train.coordinator import Coordinator, LooperThread
 from tensorweave.train.device_setter import replica_device_setter
+from tensorweave.train.ftrl import FtrlOptimizer
 from tensorweave.train.gradient_descent import GradientDescentOptimizer
 from tensorweave.train.hooks import (
     CheckpointSaverHook,
     CheckpointSaverListener,
+    NanLossDuringTrainingError,
+    NanTensorHook,
     SecondOrStepTimer,
     SessionRunArgs,
     SessionRunContext,
@@ -72,6 +75,7 @@ __all__ = [
     "AdagradOptimizer",
     "AdamOptimizer",
     "RMSPropOptimizer",
+    "FtrlOptimizer",
     "SyncReplicasOptimizer",
     "replica_device_setter",
     "get_global_step",
@@ -84,6 +88,8 @@ __all__ = [
     "SummarySaverHook",
     "StepCounterHook",
     "LoggingTensorHook",
+    "NanTensorHook",
+    "NanLossDuringTrainingError",
     "ProfilerHook",
     "LooperThread",
     "QueueRunner",

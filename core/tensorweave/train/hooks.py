@@ -12,14 +12,19 @@ session closes without an error.
 from __future__ import annotations
 
 import dataclasses
+import logging
 import os
 import time
 from typing import Any
+
+import numpy as np
 
 from tensorweave.framework import errors
 from tensorweave.framework.graph import GraphKeys, get_default_graph
 from tensorweave.train.saver import latest_checkpoint
 from tensorweave.train.training_util import get_global_step
+
+_log = logging.getLogger("tensorweave.train")
 
 __all__ = [
     "SessionRunHook", "SessionRunArgs", "SessionRunContext", "SessionRunValues", "SecondOrStepTimer",
@@ -240,3 +245,29 @@ class StopAtStepHook(SessionRunHook):
             step = int(run_context.session.run(self._global_step))
             if step >= self._last_step:
                 run_context.request_stop()
+
+
+class NanLossDuringTrainingError(RuntimeError):
+    """The loss became NaN during training (TF1's ``tf.train.NanLossDuringTrainingError``)."""
+
+    def __str__(self):
+        return "NaN loss during training."
+
+
+class NanTensorHook(SessionRunHook):
+    """Stops training with ``NanLossDuringTrainingError`` (or, with ``fail_on_nan_loss=False``,
+    asks to stop) when ``loss_tensor`` is NaN."""
+
+    def __init__(self, loss_tensor, fail_on_nan_loss=True):
+        self._loss, self._fail = loss_tensor, fail_on_nan_loss
+
+    def before_run(self, run_context):
+        return SessionRunArgs(self._loss)
+
+    def after_run(self, run_context, run_values):
+        if np.isnan(run_values.results):
+            if self._fail:
+                _log.error("Model diverged with loss = NaN.")
+                raise NanLossDuringTrainingError
+            _log.warning("Model diverged with loss = NaN; stopping training.")
+            run_context.request_stop()

@@ -246,7 +246,7 @@ class MonitoredSession:
         self._discard_session()
         deadline = time.monotonic() + self._max_wait
         while True:
-            _wait_for_tasks(tasks, transport, security, deadline)
+            wait_for_tasks(tasks, transport, security, deadline)
             try:
                 self._sess = self._creator.create_session()
                 self._start_session(close_on_error=False)
@@ -352,7 +352,7 @@ class MonitoredSession:
         return exc_type is None
 
 
-def _wait_for_tasks(tasks: dict, transport, security, deadline: float, poll: float = 0.1) -> None:
+def wait_for_tasks(tasks: dict, transport, security, deadline: float, poll: float = 0.1) -> None:
     """Poll ``Health`` on every task ({(job, task): address}) through fresh channels until all
     answer; DeadlineExceededError naming the silent ones after ``deadline`` (monotonic)."""
     waiting = dict(tasks)
