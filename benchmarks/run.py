@@ -1,5 +1,6 @@
-"""Benchmark runner: times tensorweave against plain NumPy (and PyTorch when installed) for
-each workload, in one process, and prints ratios. ``--write`` replaces the results table in
+"""Benchmark runner: times tensorweave against plain NumPy (and TensorFlow's tf.compat.v1, JAX
+and PyTorch when installed: ``tox -e bench`` installs TensorFlow and JAX) for each workload,
+in one process, and prints ratios to NumPy and to TensorFlow. ``--write`` replaces the results table in
 docs/performance.md.
 
     python benchmarks/run.py                 # all workloads
@@ -15,8 +16,10 @@ from __future__ import annotations
 import argparse
 import datetime
 import importlib
+import json
 import os
 import platform
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -25,6 +28,7 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE))
 
 from workloads import WORKLOADS  # noqa: E402
+from workloads.peers import TF_LABEL  # noqa: E402
 
 BEGIN = "<!-- results:begin -->"
 END = "<!-- results:end -->"
@@ -82,38 +86,54 @@ def main(argv=None) -> int:
     ap.add_argument("--rounds", type=int, default=7)
     ap.add_argument("--seconds", type=float, default=1.0, help="approximate time per round per variant")
     ap.add_argument("--write", action="store_true", help="update the table in docs/performance.md")
+    ap.add_argument("--json", action="store_true", help=argparse.SUPPRESS)  # one workload's rows, for the parent
     args = ap.parse_args(argv)
-
-    rows = []
     for name in args.workloads:
         if name not in WORKLOADS:
             ap.error(f"unknown workload {name!r}; choose from {', '.join(WORKLOADS)}")
-        mod = importlib.import_module(f"workloads.{name}")
-        w = mod.build()
-        try:
-            if w.check:
-                w.check()
-            variants = {"tensorweave": w.tensorweave, "numpy": w.numpy, **w.others}
-            print(f"[{name}] timing {len(variants)} variants x {args.rounds} rounds ...", file=sys.stderr, flush=True)
-            best = time_variants(variants, args.rounds, args.seconds)
-        finally:
-            if w.close:
-                w.close()
-        base = best["numpy"]
-        for k, t in best.items():
-            rows.append((name, k, t, t / base))
-        print(f"[{name}] tensorweave {best['tensorweave'] * 1e6:.1f} us/step, numpy {base * 1e6:.1f} us/step, "
-              f"ratio {best['tensorweave'] / base:.2f}", file=sys.stderr, flush=True)
 
-    table = ["| workload | implementation | time per step | ratio to NumPy |", "| --- | --- | ---: | ---: |"]
-    for name, k, t, r in rows:
-        table.append(f"| {name} | {k} | {_fmt(t)} | {r:.2f}x |")
+    if args.json:
+        print(json.dumps(_measure(args.workloads[0], args)))
+        return 0
+    rows = []
+    for name in args.workloads:
+        # Each workload in its own process: TensorFlow's and JAX's LLVM, once loaded, break
+        # PoCL's kernel builds, and one workload's threads and caches do not disturb the next.
+        proc = subprocess.run([sys.executable, __file__, name, "--json", "--rounds", str(args.rounds),
+                               "--seconds", str(args.seconds)], stdout=subprocess.PIPE, check=True, text=True)
+        rows.extend(tuple(r) for r in json.loads(proc.stdout.strip().splitlines()[-1]))
+
+    table = ["| workload | implementation | time per step | ratio to NumPy | ratio to TF |",
+             "| --- | --- | ---: | ---: | ---: |"]
+    for name, k, t, r, r_tf in rows:
+        table.append(f"| {name} | {k} | {_fmt(t)} | {_ratio(r)} | {_ratio(r_tf)} |")
     stamp = datetime.date.today().isoformat()
     block = "\n".join([BEGIN, f"Measured {stamp} on: {machine_info()}", "", *table, END])
     print(block)
     if args.write:
         _write(block)
     return 0
+
+
+def _measure(name, args) -> list:
+    """One workload's rows: (workload, implementation, seconds, ratio to NumPy, ratio to TF)."""
+    w = importlib.import_module(f"workloads.{name}").build()
+    try:
+        if w.check:
+            w.check()
+        variants = {"tensorweave": w.tensorweave, **({"numpy": w.numpy} if w.numpy else {}), **w.others}
+        print(f"[{name}] timing {len(variants)} variants x {args.rounds} rounds ...", file=sys.stderr, flush=True)
+        best = time_variants(variants, args.rounds, args.seconds)
+    finally:
+        if w.close:
+            w.close()
+    print(f"[{name}] " + ", ".join(f"{k} {_fmt(t)}" for k, t in best.items()), file=sys.stderr, flush=True)
+    base, tf_base = best.get("numpy"), best.get(TF_LABEL)
+    return [(name, k, t, base and t / base, tf_base and t / tf_base) for k, t in best.items()]
+
+
+def _ratio(r) -> str:
+    return "-" if r is None else f"{r:.2f}x"
 
 
 def _fmt(t: float) -> str:

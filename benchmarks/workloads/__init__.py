@@ -1,4 +1,4 @@
 """Benchmark workloads. Each module defines ``NAME``, ``DESCRIPTION`` and
 ``build() -> Workload``; ``run.py`` times every variant of a workload in the same process."""
 
-WORKLOADS = ("chain", "matmul", "branches", "mlp", "while_loop")
+WORKLOADS = ("chain", "matmul", "branches", "mlp", "while_loop", "autoencoder", "convnet")

@@ -11,7 +11,7 @@ class Workload:
     name: str
     description: str
     tensorweave: Callable[[], object]          # one step through tensorweave
-    numpy: Callable[[], object]                # the same step written directly in NumPy
+    numpy: Callable[[], object] | None         # the same step written directly in NumPy (None: not written)
     others: dict = dataclasses.field(default_factory=dict)  # e.g. {"torch": fn} when installed
     check: Callable[[], None] | None = None    # raises if tensorweave and NumPy disagree
     notes: str = ""

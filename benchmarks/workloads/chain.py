@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import numpy as np
 
+from workloads import peers
 from workloads.base import Workload
 
 NAME = "chain"
@@ -59,8 +60,32 @@ def build() -> Workload:
     except ImportError:
         pass
 
+    closers = [sess.close]
+    v1 = peers.tf_v1()
+    if v1 is not None:
+        def tf_graph():
+            tx = v1.placeholder(v1.float32, [4])
+            ty = tx
+            for _ in range(N):
+                ty = ty * 1.0001 + 0.5
+            return tx, ty
+        tsess, (tx, ty) = peers.tf_session(v1, tf_graph)
+        others[peers.TF_LABEL] = lambda: tsess.run(ty, {tx: x0})
+        closers.append(tsess.close)
+    jx = peers.jax()
+    if jx is not None:
+        jax, jnp = jx
+
+        @jax.jit
+        def jchain(v):
+            for _ in range(N):
+                v = v * np.float32(1.0001) + np.float32(0.5)
+            return v
+        jx0 = jnp.asarray(x0)
+        others[peers.JAX_LABEL] = lambda: jchain(jx0).block_until_ready()
+
     def check():
         np.testing.assert_allclose(tw_step(), np_step(), rtol=1e-5)
 
     return Workload(NAME, "100 x (x*1.0001+0.5), 4-element float32, one Session.run per step",
-                    tw_step, np_step, others, check, close=sess.close)
+                    tw_step, np_step, others, check, close=lambda: [c() for c in closers])

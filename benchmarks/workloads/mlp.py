@@ -1,11 +1,17 @@
 """``mlp``: one SGD step of a 64->128->10 ReLU MLP with softmax cross-entropy, batch 64, on
 scikit-learn's digits, against the same step written by hand in NumPy (forward, backward,
-update)."""
+update).
+
+Written the way users write it: ``tw.placeholder(tw.float32, [None, 64])``; the variant with
+the batch dimension fixed to 64 is kept beside it ("static batch"). TensorFlow's
+``tf.compat.v1`` runs the same None-batch graph, JAX a ``jax.jit`` of the step, when
+installed."""
 
 from __future__ import annotations
 
 import numpy as np
 
+from workloads import peers
 from workloads.base import Workload
 
 NAME = "mlp"
@@ -19,7 +25,7 @@ def _data():
     return (d.data[:BATCH] / 16.0).astype(np.float32), d.target[:BATCH].astype(np.int32)
 
 
-def build(device: str | None = None) -> Workload:
+def build(device: str | None = None, batch: int | None = None) -> Workload:
     import tensorweave as tw
 
     xb, yb = _data()
@@ -29,8 +35,8 @@ def build(device: str | None = None) -> Workload:
 
     g = tw.Graph()
     with g.as_default(), tw.device(device):
-        x = tw.placeholder(tw.float32, [BATCH, 64], name="x")
-        y = tw.placeholder(tw.int32, [BATCH], name="y")
+        x = tw.placeholder(tw.float32, [batch, 64], name="x")
+        y = tw.placeholder(tw.int32, [batch], name="y")
         w1 = tw.Variable(w1_0, name="w1")
         b1 = tw.Variable(np.zeros(HIDDEN, np.float32), name="b1")
         w2 = tw.Variable(w2_0, name="w2")
@@ -86,15 +92,64 @@ def build(device: str | None = None) -> Workload:
         np.testing.assert_allclose(s2.run(b2), ref["b2"], rtol=1e-4, atol=1e-5)
         s2.close()
 
-    label = "64->128->10 ReLU MLP, softmax cross-entropy, batch 64: one SGD step per Session.run"
+    label = ("64->128->10 ReLU MLP, softmax cross-entropy, batch 64 fed to [None, 64] placeholders: "
+             "one SGD step per Session.run")
     others, closers, checks = {}, [sess.close], [check]
-    opencl = _opencl_variant(build) if device is None else None
-    if opencl is not None:
-        others["tensorweave (OPENCL)"] = opencl.tensorweave
-        closers.append(opencl.close)
-        checks.append(opencl.check)
+    if device is None and batch is None:
+        static = build(batch=BATCH)
+        others["tensorweave (static batch)"] = static.tensorweave
+        closers.append(static.close)
+        checks.append(static.check)
+        opencl = _opencl_variant(build)
+        if opencl is not None:
+            # Compile its OpenCL programs now: PoCL's LLVM cannot build them once TensorFlow's
+            # or JAX's LLVM is loaded into the process (peers below).
+            opencl.tensorweave()
+            others["tensorweave (OPENCL)"] = opencl.tensorweave
+            closers.append(opencl.close)
+            checks.append(opencl.check)
+        others.update(_peer_steps(xb, yb, w1_0, w2_0, closers))
     return Workload(NAME, label, tw_step, np_step, others, lambda: [c() for c in checks],
                     close=lambda: [c() for c in closers])
+
+
+def _peer_steps(xb, yb, w1_0, w2_0, closers) -> dict:
+    out = {}
+    v1 = peers.tf_v1()
+    if v1 is not None:
+        def tf_graph():
+            x = v1.placeholder(v1.float32, [None, 64])
+            y = v1.placeholder(v1.int32, [None])
+            w1, b1 = v1.Variable(w1_0), v1.Variable(np.zeros(HIDDEN, np.float32))
+            w2, b2 = v1.Variable(w2_0), v1.Variable(np.zeros(10, np.float32))
+            logits = v1.matmul(v1.nn.relu(v1.matmul(x, w1) + b1), w2) + b2
+            loss = v1.reduce_mean(v1.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+            return x, y, v1.train.GradientDescentOptimizer(LR).minimize(loss)
+        tsess, (tx, ty, ttrain) = peers.tf_session(v1, tf_graph)
+        tfeed = {tx: xb, ty: yb}
+        out[peers.TF_LABEL] = lambda: tsess.run(ttrain, tfeed)
+        closers.append(tsess.close)
+    jx = peers.jax()
+    if jx is not None:
+        jax, jnp = jx
+
+        def loss_fn(p, x, y):
+            h = jax.nn.relu(x @ p[0] + p[1])
+            logits = h @ p[2] + p[3]
+            return -jnp.mean(jnp.take_along_axis(jax.nn.log_softmax(logits), y[:, None], axis=1))
+
+        @jax.jit
+        def sgd(p, x, y):
+            g = jax.grad(loss_fn)(p, x, y)
+            return [a - LR * b for a, b in zip(p, g)]
+        state = {"p": [jnp.asarray(w1_0), jnp.zeros(HIDDEN, jnp.float32), jnp.asarray(w2_0), jnp.zeros(10, jnp.float32)]}
+        jxb, jyb = jnp.asarray(xb), jnp.asarray(yb)
+
+        def jax_step():
+            state["p"] = sgd(state["p"], jxb, jyb)
+            state["p"][0].block_until_ready()
+        out[peers.JAX_LABEL] = jax_step
+    return out
 
 
 def _opencl_variant(build):
