@@ -3,7 +3,18 @@ device, or host-side resources."""
 
 from __future__ import annotations
 
-from tensorweave.kernels import accumulators, control_flow, data_flow, mutex, readers, shapes, stacks, state, summary
+from tensorweave.kernels import (
+    accumulators,
+    control_flow,
+    data_flow,
+    datasets,
+    mutex,
+    readers,
+    shapes,
+    stacks,
+    state,
+    summary,
+)
 from tensorweave.plugins import hookimpl
 
 
@@ -12,8 +23,8 @@ def tensorweave_register_kernels(registry):
     # The same on every device type ("*"): control flow, variables, shape-only kernels.
     for module in (control_flow, state, shapes):
         module.register_kernels(registry)
-    # Host-side resources (queues, mutexes, readers, per-step stacks, gradient accumulators) and host
+    # Host-side resources (queues, datasets and iterators, mutexes, readers, per-step stacks, gradient accumulators) and host
     # logic (summaries: protobufs, PNG, WAV): what the CPU device of every task runs,
     # whatever device plugins are installed.
-    for module in (data_flow, mutex, readers, stacks, accumulators, summary):
+    for module in (data_flow, datasets, mutex, readers, stacks, accumulators, summary):
         module.register_kernels(registry)
