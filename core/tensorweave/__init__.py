@@ -132,7 +132,7 @@ def colocate_with(op, ignore_existing=False):
 # ---------------------------------------------------------------------------------------
 # TF1's deprecated names that programs written before TF 1.0 still use (docs/tf1.md). Those
 # already in an op family's __all__ (mul, sub, neg, div, pack, unpack, to_float, ...) come
-# from there; `select` is missing because there is no Select op yet.
+# from there (`select` with `where` in ops/array_ops.py).
 def arg_max(input, dimension, output_type=int64, name=None):  # noqa: A002 - TF1 argument name
     """``tw.argmax`` under its pre-1.0 name."""
     return argmax(input, dimension, name=name, output_type=output_type)

@@ -206,8 +206,15 @@ def _gather_v2_grad(op, grad):
     return [_gather_dense_grad(params, indices, grad, axis), None, None]
 
 
+def _select_grad(op, grad):
+    c = op.inputs[0]
+    zeros = array_ops.zeros_like(grad)
+    return [None, array_ops.select(c, grad, zeros), array_ops.select(c, zeros, grad)]
+
+
 def register_gradients(reg):
     reg.gradient("Identity", _identity_grad)
+    reg.gradient("Select", _select_grad)
     reg.gradient("PlaceholderWithDefault", _identity_grad)
     reg.gradient("Reshape", _reshape_grad)
     reg.gradient("ExpandDims", _expand_dims_grad)
@@ -227,5 +234,5 @@ def register_gradients(reg):
     reg.gradient("StridedSliceGrad", _strided_slice_grad_grad)
     reg.gradient("Gather", _gather_grad)
     reg.gradient("GatherV2", _gather_v2_grad)
-    reg.no_gradient("StopGradient", "Const", "Placeholder", "Range", "InvertPermutation", "ListDiff",
+    reg.no_gradient("StopGradient", "Const", "Where", "Placeholder", "Range", "InvertPermutation", "ListDiff",
                     "RandomUniform", "RandomStandardNormal", "TruncatedNormal", "RandomUniformInt", "RandomShuffle")

@@ -33,7 +33,7 @@ __all__ = [
     "concat", "slice", "split", "reshape", "transpose", "rank", "shape", "size", "fill",
     "zeros", "ones", "zeros_like", "ones_like", "gather", "unstack", "unpack", "expand_dims",
     "squeeze", "tile", "range", "one_hot", "stop_gradient", "placeholder_with_default",
-    "strided_slice", "broadcast_to", "invert_permutation", "setdiff1d",
+    "strided_slice", "broadcast_to", "invert_permutation", "setdiff1d", "where", "select",
 ]
 
 _INDEX = "{int32, int64}"
@@ -43,6 +43,21 @@ _NOT_STRING = ("{float16, float32, float64, int8, int16, int32, int64, uint8, ui
 
 # ---------------------------------------------------------------------------------------
 # shape-function helpers
+def _select_shape(op):
+    c, t, e = (x.shape for x in op.inputs)
+    try:
+        out = t.merge_with(e)
+    except errors.InvalidArgumentError:
+        raise errors.InvalidArgumentError(f"Select: t and e must have the same shape, got {t} and {e}") from None
+    if c.ndims in (None, 0) or out.ndims is None or c.is_compatible_with(out):
+        return [out]
+    if c.ndims == 1 and out.ndims >= 1 and (c[0] is None or out[0] is None or c[0] == out[0]):
+        return [out]  # a vector condition picks whole rows
+    raise errors.InvalidArgumentError(
+        f"Select: condition must be a scalar, have the shape of t and e, or be a vector of their first "
+        f"dimension; got condition {c} for t and e of shape {out}")
+
+
 def _const_ints(t):
     """The construction-time value of an int tensor as a list of Python ints, else None."""
     v = constant_value(t)
@@ -632,6 +647,12 @@ def register_ops(reg):
     reg.op("Fill", inputs=["dims: index_type", "value: T"], outputs=["output: T"],
            attrs=["T: type", f"index_type: {_INDEX} = int32"], shape_fn=_fill_shape)
     reg.op("ZerosLike", inputs=["x: T"], outputs=["y: T"], attrs=["T: type"], shape_fn=shape_fns.unchanged)
+    reg.op("Select", inputs=["condition: bool", "t: T", "e: T"], outputs=["output: T"], attrs=["T: type"],
+           shape_fn=_select_shape,
+           doc="Elements of t where condition is true, else of e; a vector condition picks rows (TF1's select).")
+    reg.op("Where", inputs=["input: T"], outputs=["index: int64"], attrs=["T: {bool} = bool"],
+           shape_fn=lambda op: [TensorShape([None, op.inputs[0].shape.ndims])],
+           doc="The coordinates of the true elements, one row each, in row-major order.")
     reg.op("OnesLike", inputs=["x: T"], outputs=["y: T"], attrs=[f"T: {_NOT_STRING}"], shape_fn=shape_fns.unchanged)
     reg.op("Gather", inputs=["params: Tparams", "indices: Tindices"], outputs=["output: Tparams"],
            attrs=["validate_indices: bool = true", "Tparams: type", f"Tindices: {_INDEX}"], shape_fn=_gather_shape)
@@ -1093,3 +1114,19 @@ def _leaves(value):
 
 register_tensor_conversion_function((list, tuple), _autopack, priority=110)
 Tensor.__getitem__ = _slice_helper  # NumPy-style indexing of tensors (tensor[1:, ::2])
+
+
+def where(condition, x=None, y=None, name=None):
+    """TF1's ``tf.where``: with ``x`` and ``y``, the elements of ``x`` where ``condition`` is
+    true and of ``y`` elsewhere (``condition`` of their shape, or a vector picking rows);
+    alone, the coordinates of the true elements of ``condition`` (int64, one row each)."""
+    if (x is None) != (y is None):
+        raise errors.InvalidArgumentError("tw.where: give both x and y, or neither")
+    if x is None:
+        return apply_op("Where", [condition], name=name)
+    return apply_op("Select", [condition, x, y], name=name)
+
+
+def select(condition, t, e, name=None):
+    """``tw.where(condition, t, e)`` under TF1's older name."""
+    return apply_op("Select", [condition, t, e], name=name)

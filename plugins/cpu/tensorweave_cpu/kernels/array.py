@@ -168,6 +168,23 @@ def _zeros_like(ctx):
     return np.zeros_like
 
 
+def _select(ctx):
+    def select(c, t, e):
+        if t.shape != e.shape:
+            raise ctx.error(_E, f"t and e must have the same shape, got {t.shape} and {e.shape}")
+        if c.ndim == 1 and t.ndim > 1 and c.shape[0] == t.shape[0]:
+            c = c.reshape(c.shape + (1,) * (t.ndim - 1))  # a vector condition picks rows
+        elif c.ndim and c.shape != t.shape:
+            raise ctx.error(_E, f"condition of shape {c.shape} does not fit t and e of shape {t.shape} "
+                                "(it must be a scalar, of their shape, or a vector of their first dimension)")
+        return np.where(c, t, e)
+    return select
+
+
+def _where(x):
+    return np.argwhere(x).astype(np.int64)
+
+
 def _check_indices(ctx, indices, n):
     if not indices.size:
         return
@@ -311,6 +328,8 @@ def register(reg):
     reg.register("Transpose", CPU, factory=_transpose)
     reg.register("Fill", CPU, factory=_fill)
     reg.register("ZerosLike", CPU, factory=_zeros_like)
+    reg.register("Select", CPU, factory=_select)
+    reg.register("Where", CPU, _where)
     reg.register("OnesLike", CPU, np.ones_like)
     reg.register("Gather", CPU, factory=_gather)
     reg.register("GatherV2", CPU, factory=_gather_v2)
