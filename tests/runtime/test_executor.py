@@ -1,6 +1,7 @@
 """The executor: scheduling order, the thread-pool path, failures, memory accounting."""
 
 import logging
+import os
 import threading
 
 import numpy as np
@@ -34,10 +35,15 @@ def test_thread_pool_path_gives_the_same_values():
     expect = mats[0] @ mats[1] + mats[2] @ mats[3]
     keep = tw.GraphOptions(enable_constant_folding=False)  # the matmuls must run, not fold
     with tw.Session(config=tw.ConfigProto(inter_op_parallelism_threads=2, graph_options=keep)) as s:
+        s._devices[0].intra_op_threads = 1  # one BLAS thread per call: two at once fit the cores
         plan_out = s.run(y)
         plan = next(iter(s._plans.values()))
         assert plan.dynamic  # two independent expensive nodes: the pool path was chosen
         np.testing.assert_allclose(plan_out, expect, rtol=1e-4, atol=2e-3)
+    with tw.Session(config=tw.ConfigProto(inter_op_parallelism_threads=2, graph_options=keep)) as s:
+        s._devices[0].intra_op_threads = os.cpu_count() or 1  # each product takes every core
+        np.testing.assert_allclose(s.run(y), expect, rtol=1e-4, atol=2e-3)
+        assert not next(iter(s._plans.values())).dynamic  # one after the other: no oversubscription
     with tw.Session(config=tw.ConfigProto(inter_op_parallelism_threads=1, graph_options=keep)) as s:
         np.testing.assert_allclose(s.run(y), expect, rtol=1e-4, atol=2e-3)
         assert not next(iter(s._plans.values())).dynamic

@@ -104,6 +104,7 @@ def test_parallel_steps_record_the_pool_threads_that_ran_them():
     x = tw.constant(np.ones((400, 400), np.float32))
     a, b = tw.matmul(x, x, name="a"), tw.matmul(x + 1.0, x, name="b")
     with tw.Session(config=tw.ConfigProto(inter_op_parallelism_threads=2, device_count={"OPENCL": 0})) as sess:
+        sess._devices[0].intra_op_threads = 1  # a single-threaded BLAS: parallel products pay off
         _, stats = _traced(sess, [a, b])
     ds = stats.dev_stats[0]
     nodes = {n.node_name: n for n in ds.node_stats}

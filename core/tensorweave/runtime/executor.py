@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import functools
 import heapq
+import os
 import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -499,7 +500,8 @@ class CompiledPartition:
         self._to_device = None if device.host_tensors else device.to_device
         self._to_host = None if device.host_tensors else device.to_host
         exp = [n for n in order if n.expensive]
-        self.parallelizable = len(exp) >= 2 and _has_independent(exp, c.preds)
+        self.parallelizable = (len(exp) >= 2 and _room_for_parallel_kernels(device)
+                               and _has_independent(exp, c.preds))
         self.has_async = any(n.kd.is_async for n in order)
         self.frame_info = None
         if frame_mode:
@@ -834,6 +836,15 @@ class _DynamicState(StepState):
             if self.outstanding == 0:
                 self.done.set()
         return ready
+
+
+def _room_for_parallel_kernels(device) -> bool:
+    """Whether two expensive kernels of ``device`` can run side by side without fighting
+    for cores: each call may use ``device.intra_op_threads`` threads (the CPU's BLAS pool),
+    so two at once need twice that many cores. Otherwise running them one after the other,
+    each with every core, is faster (measured: the autoencoder step of benchmarks/ was
+    several times slower with two 2-thread BLAS calls at once on 2 cores)."""
+    return (os.cpu_count() or 1) >= 2 * max(1, getattr(device, "intra_op_threads", 1) or 1)
 
 
 def _has_independent(exp_nodes, preds) -> bool:

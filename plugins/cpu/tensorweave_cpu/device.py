@@ -50,9 +50,34 @@ class CPUAllocator(Allocator):
         self._note_free(nbytes)
 
 
+def blas_threads() -> int:
+    """Threads the BLAS under NumPy uses for one call: threadpoolctl's answer when it is
+    installed, else the thread-count variables OpenBLAS, MKL and OpenMP read, else one per
+    core (their default)."""
+    try:
+        import threadpoolctl  # optional (scikit-learn brings it); the answer is then exact
+    except ImportError:
+        threadpoolctl = None
+    if threadpoolctl is not None:
+        try:
+            found = [i.get("num_threads", 1) for i in threadpoolctl.threadpool_info() if i.get("user_api") == "blas"]
+        except Exception:  # noqa: BLE001 - an odd BLAS build: fall back to the variables
+            found = []
+        if found:
+            return max(1, max(found))
+    for var in ("OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS", "OMP_NUM_THREADS"):
+        v = os.environ.get(var, "").split(",")[0].strip()
+        if v.isdigit() and int(v) > 0:
+            return int(v)
+    return os.cpu_count() or 1
+
+
 class CPUDevice(Device):
     device_type = "CPU"
     host_tensors = True
+    # Threads one kernel call may use (the BLAS's pool): the executor runs expensive nodes
+    # side by side only when the cores allow each its threads (runtime/executor.py).
+    intra_op_threads = 1
 
     def to_device(self, array):
         return np.asarray(array)
@@ -76,11 +101,13 @@ class CPUDeviceFactory(DeviceFactory):
         counts = getattr(config, "device_count", None) or {}
         n = max(1, int(counts.get("CPU", counts.get("cpu", 1)) or 1))
         cores = os.cpu_count() or 1
+        threads = blas_threads()
         out = []
         for i in range(n):
             name = f"{name_prefix}/device:CPU:{i}"
             dev = CPUDevice(name, None, description=f"NumPy {np.__version__} on {cores} cores")
             dev.allocator = CPUAllocator(name)
+            dev.intra_op_threads = threads
             out.append(dev)
         return out
 
