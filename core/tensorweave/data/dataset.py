@@ -57,7 +57,7 @@ def _most_specific(a: TensorShape, b: TensorShape) -> TensorShape:
     return TensorShape([x if x == y else None for x, y in zip(a.dims, b.dims)])
 
 
-class Dataset:
+class Dataset(nest.ElementStructure):
     """A sequence of elements, each a nested structure (tuples, dicts) of tensors."""
 
     def __init__(self, variant: Tensor, output_types, output_shapes):
@@ -65,18 +65,6 @@ class Dataset:
         self._types = output_types
         self._shapes = nest.map_structure(as_shape, output_shapes)
 
-    # -- TF1 properties -------------------------------------------------------------------
-    @property
-    def output_types(self):
-        return self._types
-
-    @property
-    def output_shapes(self):
-        return self._shapes
-
-    @property
-    def output_classes(self):
-        return nest.map_structure(lambda _: Tensor, self._types)
 
     def _as_variant_tensor(self) -> Tensor:
         return self._variant

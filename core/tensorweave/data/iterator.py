@@ -37,7 +37,7 @@ def _types_and_shapes(output_types, output_shapes):
     return types, shapes
 
 
-class Iterator:
+class Iterator(nest.ElementStructure):
     """An iterator over the elements of a dataset (``tf.data.Iterator``)."""
 
     def __init__(self, iterator_resource: Tensor, initializer, output_types, output_shapes, output_classes=None):
@@ -75,18 +75,6 @@ class Iterator:
                                             container=g._current_container())
         return Iterator(res, None, dataset._types, dataset._shapes)
 
-    # -- TF1 properties ---------------------------------------------------------------------------
-    @property
-    def output_types(self):
-        return self._types
-
-    @property
-    def output_shapes(self):
-        return self._shapes
-
-    @property
-    def output_classes(self):
-        return nest.map_structure(lambda _: Tensor, self._types)
 
     @property
     def initializer(self):

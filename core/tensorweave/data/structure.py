@@ -6,6 +6,7 @@ a list included — is one component (a list of numbers is a tensor, as in ``tf.
 from __future__ import annotations
 
 from tensorweave.framework import errors
+from tensorweave.framework.graph import Tensor
 
 
 class StructureTypeError(errors.InvalidArgumentError, TypeError):
@@ -84,3 +85,21 @@ def describe(s) -> str:
     if hasattr(s, "dims") and hasattr(s, "ndims"):
         return str(s)
     return type(s).__name__
+
+
+class ElementStructure:
+    """TF1's ``output_types``, ``output_shapes`` and ``output_classes`` of a Dataset or an
+    Iterator, from its ``_types`` and ``_shapes`` (nested like its elements; every component
+is a Tensor: there are no sparse ones yet)."""
+
+    @property
+    def output_types(self):
+        return self._types
+
+    @property
+    def output_shapes(self):
+        return self._shapes
+
+    @property
+    def output_classes(self):
+        return map_structure(lambda _: Tensor, self._types)
