@@ -231,7 +231,7 @@ def test_run_graph_with_wrong_feeds_or_unknown_handle(worker):
     with pytest.raises(errors.NotFoundError, match="no graph"):
         worker.call("RunGraph", {"handle": "/job:worker/replica:0/task:0/graph-999999", "step_id": 889},
                     [np.ones(3, np.float32)])
-    with pytest.raises(errors.NotFoundError):
+    with pytest.raises(errors.InvalidArgumentError, match="'handle'"):  # a request without one
         worker.call("RunGraph", {"step_id": 890}, [np.ones(3, np.float32)])
     # A feed of the wrong shape or dtype fails in the kernel, before anything is assigned.
     for bad in (np.ones(4, np.float32), np.array([b"a", b"b", b"c"], object)):

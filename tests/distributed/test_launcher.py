@@ -433,7 +433,7 @@ def _subreaper():
                          [pytest.param("grpc", marks=pytest.mark.skip(reason="no network transport installed"))])
 def test_cluster_up_answers_then_down_reaps(tmp_path, transport):
     from tensorweave.distributed import wire
-    from tensorweave.distributed.transport import Security, get_transport
+    from tensorweave.distributed.transport import get_transport
 
     d = str(tmp_path / "cluster")
     pids: list[int] = []
@@ -448,8 +448,9 @@ def test_cluster_up_answers_then_down_reaps(tmp_path, transport):
             assert path == os.path.join(d, "cluster.toml")
             cfg = cl.load_config(path)
             assert len(pids) == 3 and all(launcher.is_alive(p) for p in pids)
+            assert cfg.token_file == os.path.join(d, "token")  # a token by default
             for job, index, address in cfg.spec.all_tasks():
-                ch = get_transport(transport).channel(address, Security())
+                ch = get_transport(transport).channel(address, cfg.security_for(role="client"))
                 try:
                     header, _ = wire.decode_response(ch.call("GetStatus", wire.encode_message({}), 30))
                 finally:

@@ -283,6 +283,13 @@ class ClusterConfig:
         t = self.timeouts.health_check
         return self.health_check_interval if t is None else t
 
+    @property
+    def control_transport(self) -> str:
+        """The transport every task serves at its address: what clients and masters dial
+        (``grpc://``/``ucx://`` targets, ``tw.Session(target=config)``, the remote master).
+        ``[transport_pairs]`` never change it; they choose how tasks exchange tensors."""
+        return self.transport[0]
+
     def transport_for(self, job_a: str, job_b: str) -> tuple[str, str]:
         """(control transport name, tensors transport name) between tasks of two jobs (either order)."""
         for j in (job_a, job_b):
@@ -634,22 +641,69 @@ def as_config(obj) -> ClusterConfig:
         f"expected a ClusterConfig, ClusterSpec, dict or TOML path, got {_type_name(obj)}")
 
 
+# Bounds on the health-check settings a task announces (they come over the network): a
+# tiny interval would make the client's checker spin, a huge one never notice a lost task.
+_ANNOUNCED_SECONDS = (0.01, 3600.0)
+
+
+def health_check_announcement(config) -> dict | None:
+    """What a task tells clients in ``GetStatus`` about its cluster's health checks:
+    ``{"interval": s, "timeout": s}`` from its config (None without one), so a client that
+    connected with only ``grpc://host:port`` checks as often as the config says."""
+    interval = getattr(config, "health_check_interval", None)
+    if interval is None:
+        return None
+    timeout = getattr(config, "health_check_timeout", None)
+    return {"interval": float(interval), "timeout": float(interval if timeout is None else timeout)}
+
+
+def health_check_settings(config=None, announced=None, where: str = "GetStatus") -> tuple[float, float]:
+    """(interval, timeout) in seconds of a master's health checks: those of the client's own
+    cluster ``config`` when it has one; else what the tasks ``announced`` in ``GetStatus``
+    (``health_check_announcement``, clamped to 10 ms .. 1 h); else 1 s and 1 s. An
+    announcement that is not two positive numbers is an ``InvalidArgumentError`` naming ``where``."""
+    if config is not None and getattr(config, "health_check_interval", None) is not None:
+        interval = float(config.health_check_interval)
+        timeout = getattr(config, "health_check_timeout", None)
+        return interval, float(interval if timeout is None else timeout)
+    if announced is None:
+        return DEFAULT_HEALTH_CHECK_INTERVAL, DEFAULT_HEALTH_CHECK_INTERVAL
+    if not isinstance(announced, dict) or set(announced) != {"interval", "timeout"}:
+        raise errors.InvalidArgumentError(
+            f"{where}: 'health_check' must be an object with 'interval' and 'timeout', got {announced!r:.200}")
+    lo, hi = _ANNOUNCED_SECONDS
+    out = []
+    for key in ("interval", "timeout"):
+        v = announced[key]
+        if isinstance(v, bool) or not isinstance(v, int | float) or not (math.isfinite(v) and v > 0):
+            raise errors.InvalidArgumentError(
+                f"{where}: health_check.{key} must be a positive number of seconds, got {v!r:.100}")
+        out.append(min(max(float(v), lo), hi))
+    return out[0], out[1]
+
+
 def check_transports(config: ClusterConfig, job: str | None = None) -> dict:
-    """Every transport the config names (for pairs involving ``job``, or all pairs), as instances.
+    """Every transport the config names (for pairs involving ``job``, or all pairs, and the
+    control transport every task serves), as instances.
 
     Called when a server or session starts: a transport no installed plugin provides is a
     NotFoundError naming it, where it is used (role and job pair) and the config — never a
     silent fallback to another transport.
     """
     out = {}
-    for name, uses in config.transports_used(job).items():
+    used = config.transports_used(job)
+    # Every task serves its address over the control transport, even where every pair with
+    # its job names another one.
+    used.setdefault(config.control_transport, [])
+    for name, uses in used.items():
         try:
             out[name] = get_transport(name)
         except errors.NotFoundError as e:
             installed = ", ".join(sorted(n for n, _ in plugins.registry().transports.items())) or "none"
-            pairs = ", ".join(uses)
+            where = f"job pair{'s' if len(uses) > 1 else ''} {', '.join(uses)}" if uses else \
+                "every task's address (the cluster's control transport)"
             raise errors.NotFoundError(
-                f"{config.source}: transport {name!r} (configured for job pair{'s' if len(uses) > 1 else ''} "
-                f"{pairs}) is not installed (installed: {installed}); install its plugin, e.g. "
+                f"{config.source}: transport {name!r} (configured for {where}) is not installed "
+                f"(installed: {installed}); install its plugin, e.g. "
                 f"`pip install tensorweave-{name}` (no other transport is used in its place)") from e
     return out

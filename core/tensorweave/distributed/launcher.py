@@ -12,18 +12,30 @@ A pid file is only trusted as far as it can be checked: a recorded process count
 while its pid exists, is not a zombie and (on Linux) has the start time recorded when it
 was launched — so ``down`` never signals an unrelated process that reused the pid.
 The ready line a worker prints is ``READY_FORMAT`` (``tensorweave worker`` prints it).
+
+A cluster's directory holds its secrets, so ``up`` keeps it private: without ``--dir`` it is
+a new ``mkdtemp`` directory (mode 0700; ``down``/``status`` find it again), a ``--dir`` that
+exists must be this user's and not world-writable, and logs, the token and keys are opened
+with ``O_NOFOLLOW`` (a symlink planted there is refused, never followed). ``up`` turns on
+token auth by default (a random token in ``DIR/token``, mode 0600) and, with ``tls=True``,
+TLS with a self-signed certificate made for the cluster's host.
 """
 
 from __future__ import annotations
 
 import contextlib
 import dataclasses
+import datetime
+import ipaddress
 import json
 import os
 import random
 import re
+import secrets
+import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -44,10 +56,154 @@ POLL_SECONDS = 0.05
 PARENT_ENV = "TENSORWEAVE_EXIT_WITH_PARENT"
 
 
+DIR_PREFIX = "tensorweave-cluster-"
+TOKEN_NAME = "token"
+_NOFOLLOW = getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
+
+
 def default_dir() -> str:
-    """Where ``cluster up``/``down``/``status`` work without ``--dir``: one per user."""
-    user = os.getuid() if hasattr(os, "getuid") else os.environ.get("USERNAME", "user")
-    return os.path.join(tempfile.gettempdir(), f"tensorweave-cluster-{user}")
+    """Where ``cluster up`` puts a cluster without ``--dir``: a new private directory
+    (``mkdtemp``: mode 0700) named ``$TMPDIR/tensorweave-cluster-XXXXXXXX`` (this is its
+    pattern; ``new_default_dir`` makes one, ``find_default_dir`` finds the running one)."""
+    return os.path.join(tempfile.gettempdir(), DIR_PREFIX + "XXXXXXXX")
+
+
+def new_default_dir() -> str:
+    return tempfile.mkdtemp(prefix=DIR_PREFIX)
+
+
+def _private_dirs() -> list[str]:
+    """This user's cluster directories made by ``up`` without ``--dir`` that hold a pid file."""
+    base = tempfile.gettempdir()
+    try:
+        names = os.listdir(base)
+    except OSError:
+        return []
+    found = []
+    for name in sorted(names):
+        if not name.startswith(DIR_PREFIX):
+            continue
+        path = os.path.join(base, name)
+        try:
+            st = os.lstat(path)
+        except OSError:
+            continue
+        mine = not hasattr(os, "getuid") or st.st_uid == os.getuid()
+        if stat.S_ISDIR(st.st_mode) and mine and not st.st_mode & 0o077 and os.path.isfile(_pids_path(path)):
+            found.append(path)
+    return found
+
+
+def find_default_dir() -> str:
+    """The directory of this user's cluster started without ``--dir`` (for ``down`` and
+    ``status`` without ``--dir``): NotFoundError when there is none, InvalidArgumentError
+    naming them when there are several."""
+    found = _private_dirs()
+    if not found:
+        raise errors.NotFoundError(
+            f"no cluster was started without --dir (no {default_dir()} of yours holds a {PIDS_NAME}); "
+            "name its directory with --dir")
+    if len(found) > 1:
+        raise errors.InvalidArgumentError(
+            f"{len(found)} clusters were started without --dir: {', '.join(found)}; name one with --dir")
+    return found[0]
+
+
+def _check_given_dir(directory: str) -> bool:
+    """A ``--dir`` that exists must be a directory of this user that others cannot write to;
+    one that does not exist is created private (mode 0700). Returns whether it was created."""
+    try:
+        st = os.lstat(directory)
+    except FileNotFoundError:
+        os.makedirs(directory, mode=0o700)
+        return True
+    if not stat.S_ISDIR(st.st_mode):
+        raise errors.InvalidArgumentError(f"--dir {directory} is not a directory (a symlink or a file)")
+    if hasattr(os, "getuid") and st.st_uid != os.getuid():
+        raise errors.PermissionDeniedError(
+            f"--dir {directory} belongs to another user (uid {st.st_uid}); a cluster's directory holds its "
+            "token and keys: use a directory of your own, or leave --dir out for a private one")
+    if st.st_mode & 0o002:
+        raise errors.PermissionDeniedError(
+            f"--dir {directory} is world-writable (mode {stat.S_IMODE(st.st_mode):o}): anyone could replace its "
+            "config, logs or keys; use a private directory (chmod o-w), or leave --dir out for a new one")
+    return False
+
+
+def _open_private(path: str, flags: int, mode: int = 0o600) -> int:
+    """``os.open`` that never follows a symlink at ``path`` (refused with PermissionDenied)."""
+    try:
+        return os.open(path, flags | _NOFOLLOW, mode)
+    except OSError as e:
+        if os.path.islink(path):
+            raise errors.PermissionDeniedError(f"{path} is a symlink; refusing to follow it") from None
+        raise errors.PermissionDeniedError(f"cannot open {path}: {e}") from None
+
+
+def _write_new(path: str, data: bytes, mode: int = 0o600) -> None:
+    """Write a new file (none there before; never through a symlink), readable by us only."""
+    with contextlib.suppress(FileNotFoundError):
+        if os.path.islink(path) or os.path.isfile(path):
+            os.unlink(path)  # ours, from an earlier `up` in this directory
+    fd = _open_private(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode)
+    with os.fdopen(fd, "wb") as f:
+        f.write(data)
+
+
+def _self_signed(hosts: list[str]) -> tuple[bytes, bytes]:
+    """(certificate PEM, key PEM), ECDSA P-256, valid 10 years, for ``hosts`` (names and IP
+    addresses in its subjectAltName): with the ``cryptography`` package, else the ``openssl``
+    command."""
+    hosts = list(dict.fromkeys(hosts))
+    try:
+        from cryptography import x509
+        from cryptography.hazmat.primitives import hashes, serialization
+        from cryptography.hazmat.primitives.asymmetric import ec
+        from cryptography.x509.oid import NameOID
+    except ImportError:
+        return _self_signed_openssl(hosts)
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, hosts[0])])
+    sans = []
+    for h in hosts:
+        try:
+            sans.append(x509.IPAddress(ipaddress.ip_address(h)))
+        except ValueError:
+            sans.append(x509.DNSName(h))
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+            .serial_number(x509.random_serial_number())
+            .not_valid_before(now - datetime.timedelta(minutes=5)).not_valid_after(now + datetime.timedelta(days=3650))
+            .add_extension(x509.SubjectAlternativeName(sans), critical=False)
+            .add_extension(x509.BasicConstraints(ca=True, path_length=None), critical=True)
+            .sign(key, hashes.SHA256()))
+    return (cert.public_bytes(serialization.Encoding.PEM),
+            key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                              serialization.NoEncryption()))
+
+
+def _self_signed_openssl(hosts: list[str]) -> tuple[bytes, bytes]:
+    if shutil.which("openssl") is None:
+        raise errors.UnimplementedError(
+            "--tls makes a self-signed certificate with the `cryptography` package or the `openssl` command; "
+            "neither is available (pip install cryptography)")
+    san = []
+    for h in hosts:
+        try:
+            ipaddress.ip_address(h)
+            san.append(f"IP:{h}")
+        except ValueError:
+            san.append(f"DNS:{h}")
+    with tempfile.TemporaryDirectory() as d:
+        key, cert = os.path.join(d, "key.pem"), os.path.join(d, "cert.pem")
+        proc = subprocess.run(
+            ["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:P-256", "-nodes",
+             "-keyout", key, "-out", cert, "-days", "3650", "-subj", f"/CN={hosts[0]}",
+             "-addext", "subjectAltName=" + ",".join(san)], capture_output=True, timeout=120)
+        if proc.returncode != 0:
+            raise errors.InternalError(f"openssl could not make a certificate: {proc.stderr.decode()[-500:]}")
+        with open(cert, "rb") as c, open(key, "rb") as k:
+            return c.read(), k.read()
 
 
 def ready_line(job: str, task: int, address: str, pid: int | None = None) -> str:
@@ -245,14 +401,21 @@ def read_pids(directory: str) -> dict | None:
 
 def write_config(directory: str, obj: dict, *, source: str | None = None, comment: str = ""):
     """Validate the cluster config ``obj`` (the TW_CONFIG schema as a dict) and write it to
-    ``DIR/cluster.toml`` atomically; (ClusterConfig, path). Relative file paths in it (TLS, a
-    token file) are resolved against ``directory``."""
+    ``DIR/cluster.toml`` atomically (a new temp file, renamed: a symlink there is replaced,
+    never written through); (ClusterConfig, path). Relative file paths in it (TLS, a token
+    file) are resolved against ``directory``."""
     path = os.path.join(directory, CONFIG_NAME)
     config = cl.config_from_dict(obj, source=source or path, base_dir=directory)
-    tmp = path + ".tmp"
-    with open(tmp, "w") as f:
-        f.write((f"# {comment}\n" if comment else "") + config.to_toml())
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=".cluster-", suffix=".toml", dir=directory)
+    try:
+        with os.fdopen(fd, "w") as f:
+            f.write((f"# {comment}\n" if comment else "") + config.to_toml())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
     return config, path
 
 
@@ -292,12 +455,22 @@ def start_task(config_path: str, job: str, task: int, address: str, log: str, *,
     child_env = dict(os.environ if env is None else env)
     child_env["PYTHONUNBUFFERED"] = "1"
     child_env.pop("TW_CONFIG", None)  # the task is named on the command line, not inherited
-    offset = os.path.getsize(log) if os.path.exists(log) else 0
-    with open(log, "ab") as logf:
+    # O_NOFOLLOW: a symlink planted where the log goes is refused, never written through.
+    fd = _open_private(log, os.O_WRONLY | os.O_CREAT | os.O_APPEND)
+    with os.fdopen(fd, "ab") as logf:
+        offset = os.fstat(fd).st_size
         p = subprocess.Popen([*argv0, "--config", config_path, "--job", job, "--task", str(task)],
                              stdin=subprocess.DEVNULL, stdout=logf, stderr=subprocess.STDOUT,
                              cwd=cwd, env=child_env, start_new_session=True)
     return TaskProcess(job, task, address, p, log, offset)
+
+
+def _read_log(path: str, offset: int = 0) -> str:
+    """A log's text from ``offset`` (never through a symlink)."""
+    fd = os.open(path, os.O_RDONLY | _NOFOLLOW)
+    with os.fdopen(fd, "rb") as f:
+        f.seek(offset)
+        return f.read().decode("utf-8", "replace")
 
 
 def wait_ready(tasks: list[TaskProcess], timeout: float) -> None:
@@ -309,9 +482,7 @@ def wait_ready(tasks: list[TaskProcess], timeout: float) -> None:
     while pending:
         for t in list(pending):
             try:
-                with open(t.log, errors="replace") as f:
-                    f.seek(t.offset)
-                    m = READY_RE.search(f.read())
+                m = READY_RE.search(_read_log(t.log, t.offset))
             except OSError:
                 m = None
             if m is not None:
@@ -354,8 +525,7 @@ def exit_with_parent(stop: threading.Event) -> None:
 
 def _tail(path: str, lines: int = 15) -> str:
     try:
-        with open(path, errors="replace") as f:
-            text = f.read()
+        text = _read_log(path)
     except OSError:
         return "(no log)"
     return "\n".join("    " + ln for ln in text.rstrip().splitlines()[-lines:]) or "    (empty log)"
@@ -363,14 +533,18 @@ def _tail(path: str, lines: int = 15) -> str:
 
 def up(directory: str | None = None, *, workers: int = 2, ps: int = 1, transport: str = "grpc",
        tensors_transport: str | None = None, host: str = "127.0.0.1", base_port: int | None = None,
-       timeout: float = 60.0, worker_argv: list[str] | None = None, env: dict | None = None) -> tuple[str, list]:
+       timeout: float = 60.0, worker_argv: list[str] | None = None, env: dict | None = None,
+       token: bool | str = True, tls: bool = False) -> tuple[str, list]:
     """Start a local cluster; return (config path, task records) once every task is ready.
 
-    ``worker_argv`` is the command a task runs before ``--config/--job/--task`` (default
-    ``python -m tensorweave worker``). On any failure every process already started is
-    stopped, the pid file removed, and the error says which task failed with its log's tail.
+    ``directory`` None: a new private one (``new_default_dir``). ``token``: True (the
+    default) writes a random token to ``DIR/token`` and names it in the config's ``[auth]``;
+    a string is that token; False turns auth off. ``tls``: make a self-signed certificate for
+    ``host`` (``DIR/tls/``) and serve with TLS. ``worker_argv`` is the command a task runs
+    before ``--config/--job/--task`` (default ``python -m tensorweave worker``). On any
+    failure every process already started is stopped, the pid file removed, and the error
+    says which task failed with its log's tail.
     """
-    directory = os.path.abspath(directory or default_dir())
     if workers < 1 or ps < 0:
         raise errors.InvalidArgumentError(f"need --workers >= 1 and --ps >= 0, got {workers} and {ps}")
     for name in filter(None, (transport, tensors_transport)):
@@ -378,7 +552,8 @@ def up(directory: str | None = None, *, workers: int = 2, ps: int = 1, transport
             raise errors.InvalidArgumentError(
                 "transport 'inproc' serves only inside one process; `cluster up` starts one process per "
                 "task (use grpc or ucx)")
-    os.makedirs(directory, exist_ok=True)
+    directory = os.path.abspath(directory) if directory else new_default_dir()
+    _check_given_dir(directory)
     existing = read_pids(directory)
     if existing is not None:
         alive = [t for t in existing["tasks"] if is_alive(t["pid"], t.get("start_time"))]
@@ -394,10 +569,24 @@ def up(directory: str | None = None, *, workers: int = 2, ps: int = 1, transport
     cluster = {job: [format_address(host, next(it)) for _ in range(n)] for job, n in jobs if n}
     value = transport if not tensors_transport or tensors_transport == transport else {
         "control": transport, "tensors": tensors_transport}
+    obj = {"cluster": cluster, "transport": value}
     # before anything starts: a missing transport plugin is named here
-    cl.check_transports(cl.config_from_dict({"cluster": cluster, "transport": value},
-                                            source=os.path.join(directory, CONFIG_NAME)))
-    config, config_path = write_config(directory, {"cluster": cluster, "transport": value},
+    cl.check_transports(cl.config_from_dict(obj, source=os.path.join(directory, CONFIG_NAME)))
+    if token:
+        secret = token if isinstance(token, str) else secrets.token_urlsafe(32)
+        _write_new(os.path.join(directory, TOKEN_NAME), secret.encode() + b"\n")
+        obj["auth"] = {"token_file": TOKEN_NAME}
+    if tls:
+        cert, key = _self_signed([host.strip("[]"), "localhost", "127.0.0.1"])
+        tls_dir = os.path.join(directory, "tls")
+        with contextlib.suppress(FileExistsError):
+            os.mkdir(tls_dir, 0o700)
+        if os.path.islink(tls_dir) or not os.path.isdir(tls_dir):
+            raise errors.PermissionDeniedError(f"{tls_dir} is not a directory of its own (a symlink?); refusing it")
+        _write_new(os.path.join(tls_dir, "cert.pem"), cert, 0o644)
+        _write_new(os.path.join(tls_dir, "key.pem"), key)
+        obj["tls"] = {"cert": "tls/cert.pem", "key": "tls/key.pem"}
+    config, config_path = write_config(directory, obj,
                                        comment="written by `tensorweave cluster up`; see docs/distributed.md")
 
     record = {"config": config_path, "created": time.time(), "tasks": []}
@@ -459,8 +648,9 @@ def _stop(tasks: list[dict], grace: float) -> list[tuple[dict, str]]:
 
 
 def down(directory: str | None = None, grace: float = 10.0) -> list[tuple[dict, str]]:
-    """Stop the cluster started from ``directory``; (task, "stopped" | "killed" | "had exited")."""
-    directory = os.path.abspath(directory or default_dir())
+    """Stop the cluster started from ``directory`` (None: the one ``up`` started without a
+    directory); (task, "stopped" | "killed" | "had exited")."""
+    directory = os.path.abspath(directory) if directory else find_default_dir()
     record = read_pids(directory)
     if record is None:
         raise errors.NotFoundError(f"no cluster was started from {directory} (no {PIDS_NAME} there)")
@@ -486,7 +676,7 @@ def accepts_connections(address: str, timeout: float = 0.5) -> bool:
 
 def status(directory: str | None = None) -> tuple[dict, list[dict]]:
     """(pid file record, tasks each with "alive" and "listening" added)."""
-    directory = os.path.abspath(directory or default_dir())
+    directory = os.path.abspath(directory) if directory else find_default_dir()
     record = read_pids(directory)
     if record is None:
         raise errors.NotFoundError(f"no cluster was started from {directory} (no {PIDS_NAME} there)")

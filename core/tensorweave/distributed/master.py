@@ -9,11 +9,12 @@ with that task's worker once (``RegisterGraph``). Every step is one ``RunGraph``
 issued concurrently; the workers exchange tensors among themselves and return only the
 fetches.
 
-Failures: a task that cannot be reached, a failed RunGraph, or a missed health check (a
-background thread asks every task for ``Health`` every ``health_check_interval`` seconds)
-aborts the step on every task (``AbortStep``), and the client gets the first real error
-(``UnavailableError`` for a lost task). The plans registered on a task that restarts are
-registered again on the next step.
+Failures: a task that cannot be reached, a failed RunGraph, or a missed health check (every
+task is asked for ``Health`` every ``health_check_interval`` seconds, by the process's one
+``HealthMonitor``: one thread however many sessions, one call per task and interval for all
+the sessions that watch it) aborts the step on every task (``AbortStep``), and the client
+gets the first real error (``UnavailableError`` for a lost task). The plans registered on a
+task that restarts are registered again on the next step.
 
 Tracing: a step run with ``RunOptions(trace_level=FULL_TRACE)`` asks every task for its
 stats (``"trace": true`` in RunGraph); each returns its partitions' ``StepStats`` on its own
@@ -40,6 +41,7 @@ import numpy as np
 from tensorweave.client.plan import Plan
 from tensorweave.client.session import Session, register_session_factory
 from tensorweave.distributed import wire
+from tensorweave.distributed.cluster import health_check_settings
 from tensorweave.distributed.transport import Security, get_transport
 from tensorweave.distributed.worker import RemoteDevice, task_of_device, task_prefix
 from tensorweave.framework import errors
@@ -56,9 +58,20 @@ class WorkerClient:
         self.channel = channel
         self._reconnect = reconnect   # () -> a new channel to the same address
         self._old: list = []
+        self._used = False            # whether self.channel made a call yet
+
+    def renew(self) -> None:
+        """The task was found unreachable (the health checks): later calls go through a fresh
+        channel, unless the current one is fresh already (never used)."""
+        channel = self.channel
+        if self._reconnect is not None and self._used and channel is self.channel:
+            self._old.append(channel)
+            self._used = False
+            self.channel = self._reconnect()
 
     def call(self, method: str, header: dict, tensors=(), timeout=None):
         channel = self.channel
+        self._used = True
         try:
             data = channel.call(method, wire.encode_message(header, list(tensors)), timeout)
         except errors.OpError as e:
@@ -67,6 +80,7 @@ class WorkerClient:
                 # one in its transport's reconnect back-off (which can last long after the
                 # task is back). Calls still on the old one finish there; close() closes it.
                 self._old.append(channel)
+                self._used = False
                 self.channel = self._reconnect()
             raise type(e)(f"/job:{self.job}/task:{self.task} ({self.address}): {e.message}") from None
         return wire.decode_response(data)
@@ -130,6 +144,7 @@ class DistributedSession(Session):
         self._transport = get_transport(transport or transport_name)
         self._target = target if isinstance(target, str) else f"{self._transport.name}://cluster"
         self._clients: dict = {}
+        announced = None  # the cluster's health-check settings, as its tasks tell them
         self._rpc = ThreadPoolExecutor(32, thread_name_prefix=f"tw-master-{self._id}")
         cluster = cluster if cluster is not None else (_cluster_dict(cfg) if cfg is not None else None)
         if cluster is None:
@@ -140,11 +155,13 @@ class DistributedSession(Session):
             finally:
                 ch.close()
             cluster = header.get("cluster") or {header["job"]: {str(header["task"]): address}}
+            announced = header.get("health_check")
         self._cluster = _normalise_cluster(cluster)
         self._devices = []
         for job, task in sorted(self._cluster):
             client = self._client(job, task)
             header, _ = client.call("GetStatus", {}, timeout=30.0)
+            announced = announced if announced is not None else header.get("health_check")
             for d in header.get("devices", []):
                 self._devices.append(RemoteDevice(d["name"], d["device_type"], d.get("memory_limit"),
                                                   d.get("description", "")))
@@ -152,7 +169,7 @@ class DistributedSession(Session):
             raise errors.UnavailableError(f"no devices in the cluster at {target!r}")
         self._incarnations: dict = {}
         self._clocks = ClockOffsets()
-        self._health = _HealthChecker(self, _health_interval(cfg), _health_timeout(cfg))
+        self._health = _HealthChecker(self, *health_check_settings(cfg, announced, "a task's GetStatus answer"))
         self._health.start()
 
     sess_str = property(lambda self: self._target)
@@ -304,8 +321,10 @@ class DistributedSession(Session):
 
     # --- lifecycle --------------------------------------------------------------------------
     def reset_containers(self, containers=None):
+        # Explicit either way: a worker resets nothing for a request that names neither.
+        header = {"all": True} if containers is None else {"containers": [str(c) for c in containers]}
         for task in self._cluster:
-            self._client(*task).call("ResetContainers", {"containers": containers}, timeout=30.0)
+            self._client(*task).call("ResetContainers", header, timeout=30.0)
 
     def close(self) -> None:
         if self._closed:
@@ -342,52 +361,190 @@ class _Step:
 
 
 class _HealthChecker:
-    """Asks every task for ``Health`` every ``interval`` seconds; a task that does not
-    answer within the interval fails the steps that use it (detected within two intervals)."""
+    """One session's health checks: every ``interval`` seconds each of its tasks is asked for
+    ``Health``; a task that does not answer within ``timeout`` fails the steps that use it
+    (detected within interval + timeout, two intervals by default). The checks themselves are
+    made by the process's one ``HealthMonitor``, which asks each task once per interval for
+    every session that watches it — no thread per session."""
 
     def __init__(self, session: DistributedSession, interval: float, timeout: float | None = None):
         self.session, self.interval = session, interval
         self.timeout = timeout or interval
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._run, name="tw-health", daemon=True)
+        self._stopped = False
 
     def start(self):
         if self.interval > 0:
-            self._thread.start()
+            HealthMonitor.get().watch(self)
 
     def stop(self):
-        self._stop.set()
+        self._stopped = True
+        HealthMonitor.get().unwatch(self)
+
+
+def _security_key(security) -> tuple:
+    return (security.tls_cert, security.tls_root, security.tls_server_name, security.token,
+            security.max_message_bytes, security.tls_key)
+
+
+class _Target:
+    """One (transport, address, credentials, interval, timeout) the monitor checks, and the
+    sessions (with their task name for it) that want the answers."""
+
+    def __init__(self, key, transport, address, security, interval, timeout, now):
+        self.key, self.transport, self.address, self.security = key, transport, address, security
+        self.interval, self.timeout = interval, timeout
+        self.watchers: dict = {}          # _HealthChecker -> (job, task)
+        self.channel = None
+        self.due = now + interval
+        self.in_flight = None             # when the check under way started
+        self.late_reported = 0.0          # when a hung check was last reported
+
+    def check(self):
+        """Runs on the monitor's pool: one Health call, its stamps, or the error."""
+        if self.channel is None:
+            self.channel = self.transport.channel(self.address, self.security)
+        sent = time.time_ns()
+        try:
+            data = self.channel.call("Health", wire.encode_message({}), self.timeout)
+            header, _ = wire.decode_response(data)
+        except errors.OpError as e:
+            if isinstance(e, errors.UnavailableError):
+                # Our own channel: a fresh one next time, not one in its transport's back-off.
+                self.channel.close()
+                self.channel = None
+            return None, e, sent, time.time_ns()
+        return header, None, sent, time.time_ns()
+
+    def close(self):
+        if self.channel is not None:
+            self.channel.close()
+            self.channel = None
+
+
+class HealthMonitor:
+    """The process's health checker: one thread (and a small pool for the calls, so a hung
+    task never delays the others), whatever the number of sessions. Sessions with the same
+    transport, task address, credentials, interval and timeout share one check per interval.
+    The thread runs only while some session watches a task."""
+
+    _instance = None
+    _instance_lock = threading.Lock()
+    POOL_THREADS = 16
+
+    @classmethod
+    def get(cls) -> HealthMonitor:
+        with cls._instance_lock:
+            if cls._instance is None:
+                cls._instance = cls()
+            return cls._instance
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._wake = threading.Condition(self._lock)
+        self._targets: dict = {}
+        self._thread = None
+        self._pool = None
+
+    def watch(self, checker: _HealthChecker) -> None:
+        s = checker.session
+        now = time.monotonic()
+        with self._lock:
+            for task, address in s._cluster.items():
+                key = (s._transport.name, address, _security_key(s._security), checker.interval, checker.timeout)
+                t = self._targets.get(key)
+                if t is None:
+                    t = self._targets[key] = _Target(key, s._transport, address, s._security,
+                                                     checker.interval, checker.timeout, now)
+                t.watchers[checker] = task
+            if self._thread is None:
+                self._pool = ThreadPoolExecutor(self.POOL_THREADS, thread_name_prefix="tw-health")
+                self._thread = threading.Thread(target=self._run, name="tw-health-monitor", daemon=True)
+                self._thread.start()
+            self._wake.notify()
+
+    def unwatch(self, checker: _HealthChecker) -> None:
+        closing = []
+        with self._lock:
+            for key, t in list(self._targets.items()):
+                if t.watchers.pop(checker, None) is not None and not t.watchers:
+                    del self._targets[key]
+                    if t.in_flight is None:
+                        closing.append(t)
+            self._wake.notify()
+        for t in closing:
+            t.close()
 
     def _run(self):
-        # Every task is asked at once, so one hung task does not delay the verdict on the others:
-        # a task that stops answering just after a check fails the next one, at most
-        # interval + timeout (two intervals by default) later.
-        pool = ThreadPoolExecutor(min(16, max(1, len(self.session._cluster))), thread_name_prefix="tw-health")
-        try:
-            while not self._stop.wait(self.interval):
-                futures = {pool.submit(self._check, task): task for task in list(self.session._cluster)}
-                _, late = wait_futures(list(futures), timeout=self.timeout + 1.0)
-                for f in late:  # a transport that did not honour the timeout
-                    if not self._stop.is_set():
-                        self.session.task_lost(futures[f], errors.DeadlineExceededError(
-                            f"no Health answer within {self.timeout:.3g}s"))
-        finally:
-            pool.shutdown(wait=False)
+        with self._lock:
+            while True:
+                if not self._targets:
+                    # Nothing to watch: the thread and the pool go (the next watch starts them).
+                    pool, self._pool, self._thread = self._pool, None, None
+                    pool.shutdown(wait=False)
+                    return
+                now = time.monotonic()
+                next_due = now + 60.0
+                late = []
+                for t in list(self._targets.values()):
+                    if t.in_flight is None:
+                        if now >= t.due:
+                            t.in_flight = now
+                            t.due = now + t.interval
+                            self._pool.submit(self._check, t)
+                        next_due = min(next_due, t.due)
+                    else:
+                        overdue = t.in_flight + t.timeout + 1.0
+                        if now >= overdue and now - t.late_reported >= t.interval:
+                            # A transport that did not honour the timeout: the task counts as lost
+                            # (again each interval while the call hangs).
+                            t.late_reported = now
+                            late.append(t)
+                        next_due = min(next_due, max(overdue, t.late_reported + t.interval))
+                if late:
+                    self._lock.release()
+                    try:
+                        for t in late:
+                            self._report(t, None, errors.DeadlineExceededError(
+                                f"no Health answer within {t.timeout:.3g}s"))
+                    finally:
+                        self._lock.acquire()
+                    continue
+                self._wake.wait(max(0.0, next_due - time.monotonic()))
 
-    def _check(self, task):
+    def _check(self, t: _Target) -> None:
         try:
-            sent = time.time_ns()
-            header, _ = self.session._client(*task).call("Health", {}, timeout=self.timeout)
-            answered = time.time_ns()
-            self.session.task_seen(task, header.get("started"))
+            header, error, sent, answered = t.check()
+        except Exception as e:  # noqa: BLE001 - a transport's own failure
+            header, error, sent, answered = None, errors.UnavailableError(f"Health: {e}"), 0, 0
+        with self._lock:
+            t.in_flight = None
+            t.late_reported = 0.0
+            gone = self._targets.get(t.key) is not t
+            self._wake.notify()
+        if gone:
+            t.close()
+            return
+        self._report(t, header, error, sent, answered)
+
+    def _report(self, t: _Target, header, error, sent=0, answered=0) -> None:
+        with self._lock:
+            watchers = list(t.watchers.items())
+        for checker, task in watchers:
+            if checker._stopped:
+                continue
+            s = checker.session
+            if error is not None:
+                if isinstance(error, errors.UnavailableError):
+                    s._client(*task).renew()  # its next call goes through a fresh channel
+                try:
+                    s.task_lost(task, error)
+                except RuntimeError:
+                    pass  # the session closed meanwhile (its pool is shut down)
+                continue
+            s.task_seen(task, header.get("started"))
             clock = header.get("clock_ns")
             if isinstance(clock, int) and not isinstance(clock, bool):
-                self.session._clocks.sample(task, sent, answered, clock, clock)
-        except errors.OpError as e:
-            if not self._stop.is_set():
-                self.session.task_lost(task, e)
-
-
+                s._clocks.sample(task, sent, answered, clock, clock)
 
 
 def _stamped(call, *args):
@@ -477,12 +634,10 @@ def _normalise_cluster(cluster) -> dict:
 
 
 def _control_transport(cfg) -> str:
-    fn = getattr(cfg, "transport_for", None)
-    if fn is None:
-        return getattr(cfg, "transport", None) or "grpc"
-    jobs = list(_cluster_dict(cfg))
-    control = fn(jobs[0], jobs[0])
-    return control[0] if isinstance(control, tuple | list) else control
+    # Every task serves its address over the cluster's own control transport ([transport_pairs]
+    # only choose how tasks of two jobs exchange tensors): that is what a master dials.
+    t = getattr(cfg, "transport", None) or "grpc"
+    return t[0] if isinstance(t, tuple | list) else t
 
 
 def _security_from_config(cfg):
@@ -497,16 +652,6 @@ def _security_from_config(cfg):
 
 
 _UNKNOWN_GRAPH = "RunGraph: no graph "  # the worker's NotFoundError for a handle it does not know
-
-
-def _health_timeout(cfg) -> float | None:
-    v = getattr(cfg, "health_check_timeout", None)
-    return float(v) if v is not None else None
-
-
-def _health_interval(cfg) -> float:
-    v = getattr(cfg, "health_check_interval", None)
-    return float(v) if v is not None else 1.0
 
 
 # tw.Session("grpc://host:port"), "ucx://...", or tw.Session(cluster_config): the master in the client.

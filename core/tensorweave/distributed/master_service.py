@@ -10,10 +10,14 @@ Methods: ``CreateSession`` (a full GraphDef, its constants as the message's tens
 validated against the op registry — the server runs only registered ops), ``ExtendSession``
 (the graph grew: its new full GraphDef),
 ``RunStep`` (feeds by tensor name with their values, fetch and target names), and
-``CloseSession``. Sessions are held per handle and closed by the client, or when the server
-stops. A ``RunStep`` with a ``trace_level`` returns the step's merged stats (on the master
-service's clock) and the service's own stamps, from which the client moves them onto its
-clock the way the master does for each task (``master.ClockOffsets``).
+``CloseSession``; every request's header is checked against its schema
+(``wire.REQUEST_FIELDS``). Sessions are held per handle and closed by the client, when the
+server stops, or after ``Limits.session_idle_seconds`` unused (a client that died never
+closes its session; at most ``Limits.max_sessions`` are held). A client whose session
+expired gets a new one on its next step, transparently (``RemoteMasterSession``). A
+``RunStep`` with a ``trace_level`` returns the step's merged stats (on the master service's
+clock) and the service's own stamps, from which the client moves them onto its clock the
+way the master does for each task (``master.ClockOffsets``).
 """
 
 from __future__ import annotations
@@ -32,28 +36,51 @@ from tensorweave.client.session import Session, forced_trace, register_session_f
 from tensorweave.distributed import wire
 from tensorweave.distributed.master import ClockOffsets, DistributedSession
 from tensorweave.distributed.transport import Security, get_transport, guarded
+from tensorweave.distributed.worker import Limits
 from tensorweave.framework import errors
 from tensorweave.framework.graph import Graph
 from tensorweave.framework.importer import import_graph_def
 from tensorweave.framework.serialization import graph_to_dict
 from tensorweave.runtime.config import RunMetadata, RunOptions, StepStats
 
-MAX_SESSIONS = 256
+MAX_SESSIONS = Limits.max_sessions
+# The start of the NotFoundError for a session handle the service does not hold (closed,
+# expired, or the server restarted): the client then creates a new session.
+_NO_SESSION = "no master session "
+
+
+class _Held:
+    """A session the service holds, with when it was last used and how many calls use it now."""
+
+    __slots__ = ("session", "last_used", "active")
+
+    def __init__(self, session):
+        self.session, self.last_used, self.active = session, time.monotonic(), 0
 
 
 class MasterService:
     """Sessions of remote clients on one server, each a ``DistributedSession`` over the
-    server's cluster."""
+    server's cluster; at most ``limits.max_sessions``, each closed after
+    ``limits.session_idle_seconds`` unused (a thread sweeps them while there are any)."""
 
-    def __init__(self, server):
+    def __init__(self, server, limits: Limits | None = None):
         self._server = server
-        self._sessions: dict = {}
+        self.limits = limits or Limits()
+        self._sessions: dict[str, _Held] = {}
         self._ids = itertools.count(1)
         self._lock = threading.Lock()
+        self._sweeper = None
+        self._closed = threading.Event()
 
     def handlers(self) -> dict:
         return {"CreateSession": guarded(self.create_session), "ExtendSession": guarded(self.extend_session),
                 "RunStep": guarded(self.run_step), "CloseSession": guarded(self.close_session)}
+
+    def _request(self, method: str, payload):
+        security = getattr(self._server, "_security", None)
+        limit = security.max_message_bytes if security is not None else wire.DEFAULT_MAX_BYTES
+        # The tensors are feeds or a graph's constants: owned copies (kernels and graphs keep them).
+        return wire.decode_request(method, payload, limit, copy=True)
 
     def _graph(self, gd, constants):
         checked = wire.decode_graph_def(gd, plugins.registry().ops, tensors=constants)
@@ -71,52 +98,102 @@ class MasterService:
         sess._trace_dir = None
         return sess
 
-    def create_session(self, payload: bytes) -> bytes:
-        # The tensors are the graph's constants (wire.encode_graph_def), owned by the graph.
-        header, constants = wire.decode_message(payload, copy=True)
+    def sessions(self) -> int:
+        """How many sessions the service holds now."""
         with self._lock:
-            if len(self._sessions) >= MAX_SESSIONS:
-                raise errors.ResourceExhaustedError(
-                    f"the master service holds {MAX_SESSIONS} sessions; close some first")
-        sess = self._new_session(header.get("graph_def"), constants)
+            return len(self._sessions)
+
+    def _expired(self, now: float) -> list:
+        """Remove and return the sessions unused for ``limits.session_idle_seconds``. Lock held."""
+        idle = self.limits.session_idle_seconds
+        gone = [h for h, held in self._sessions.items() if held.active == 0 and now - held.last_used >= idle]
+        return [self._sessions.pop(h).session for h in gone]
+
+    def _sweep(self):
+        period = min(30.0, max(0.05, self.limits.session_idle_seconds / 4))
+        while not self._closed.wait(period):
+            with self._lock:
+                if not self._sessions:
+                    self._sweeper = None  # the next CreateSession starts another
+                    return
+                expired = self._expired(time.monotonic())
+            for sess in expired:
+                sess.close()
+
+    def create_session(self, payload: bytes) -> bytes:
+        header, constants = self._request("CreateSession", payload)
+        with self._lock:
+            expired = self._expired(time.monotonic())
+            full = len(self._sessions) >= self.limits.max_sessions
+        for sess in expired:
+            sess.close()
+        if full:
+            raise errors.ResourceExhaustedError(self._full_message())
+        sess = self._new_session(header["graph_def"], constants)
         handle = f"master-session-{next(self._ids)}"
         with self._lock:
-            self._sessions[handle] = sess
+            full = len(self._sessions) >= self.limits.max_sessions or self._closed.is_set()
+            if not full:
+                self._sessions[handle] = _Held(sess)
+                if self._sweeper is None:
+                    self._sweeper = threading.Thread(target=self._sweep, name="tw-master-sessions", daemon=True)
+                    self._sweeper.start()
+        if full:
+            sess.close()
+            raise errors.ResourceExhaustedError(self._full_message())
         return wire.encode_response({"session": handle})
 
-    def _lookup(self, header):
-        handle = header.get("session")
+    def _full_message(self) -> str:
+        return (f"the master service holds {self.limits.max_sessions} sessions, the most it keeps "
+                f"(Limits.max_sessions); close sessions no longer used (a session unused for "
+                f"{self.limits.session_idle_seconds:g} s is closed by the service)")
+
+    def _use(self, header) -> tuple[str, _Held]:
+        handle = header["session"]
         with self._lock:
-            sess = self._sessions.get(handle)
-        if sess is None:
-            raise errors.NotFoundError(f"no master session {handle!r} on this server (closed, or the server restarted)")
-        return handle, sess
+            held = self._sessions.get(handle)
+            if held is not None:
+                held.active += 1
+                held.last_used = time.monotonic()
+        if held is None:
+            raise errors.NotFoundError(
+                f"{_NO_SESSION}{handle[:100]!r} on this server (closed, unused for more than "
+                f"{self.limits.session_idle_seconds:g} s, or the server restarted)")
+        return handle, held
+
+    def _release(self, held: _Held) -> None:
+        with self._lock:
+            held.active -= 1
+            held.last_used = time.monotonic()
 
     def extend_session(self, payload: bytes) -> bytes:
-        header, constants = wire.decode_message(payload, copy=True)
-        handle, old = self._lookup(header)
-        new = self._new_session(header.get("graph_def"), constants)
-        with self._lock:
-            self._sessions[handle] = new
+        header, constants = self._request("ExtendSession", payload)
+        handle, held = self._use(header)
+        try:
+            new = self._new_session(header["graph_def"], constants)
+            with self._lock:
+                old, held.session = held.session, new
+        finally:
+            self._release(held)
         old.close()
         return wire.encode_response({})
 
     def run_step(self, payload: bytes) -> bytes:
-        header, tensors = wire.decode_message(payload, copy=True)
+        header, tensors = self._request("RunStep", payload)
         received = time.time_ns()
-        _, sess = self._lookup(header)
+        _, held = self._use(header)
+        try:
+            return self._run_step(held.session, header, tensors, received)
+        finally:
+            self._release(held)
+
+    def _run_step(self, sess, header, tensors, received) -> bytes:
         feeds, fetches, targets = header.get("feeds", []), header.get("fetches", []), header.get("targets", [])
-        for what, v in (("feeds", feeds), ("fetches", fetches), ("targets", targets)):
-            if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-                raise errors.InvalidArgumentError(f"RunStep: '{what}' must be a list of names")
         if len(tensors) != len(feeds):
             raise errors.InvalidArgumentError(f"RunStep: {len(tensors)} values for {len(feeds)} feeds")
-        timeout = header.get("timeout_in_ms")
+        timeout = header.get("timeout_in_ms", 0)
         trace_level = header.get("trace_level", 0)
-        if isinstance(trace_level, bool) or not isinstance(trace_level, int):
-            raise errors.InvalidArgumentError("RunStep: 'trace_level' must be an integer")
-        options = RunOptions(timeout_in_ms=int(timeout) if isinstance(timeout, int) and timeout > 0 else 0,
-                             trace_level=trace_level)
+        options = RunOptions(timeout_in_ms=timeout if timeout > 0 else 0, trace_level=trace_level)
         md = RunMetadata() if trace_level else None
         g = sess.graph
         feed_dict = {g.as_graph_element(n, allow_operation=False): v for n, v in zip(feeds, tensors)}
@@ -129,16 +206,17 @@ class MasterService:
         return wire.encode_response(out, list(values[:len(fetches)]))
 
     def close_session(self, payload: bytes) -> bytes:
-        header, _ = wire.decode_message(payload)
+        header, _ = self._request("CloseSession", payload)
         with self._lock:
-            sess = self._sessions.pop(header.get("session"), None)
-        if sess is not None:
-            sess.close()
+            held = self._sessions.pop(header["session"], None)
+        if held is not None:
+            held.session.close()
         return wire.encode_response({})
 
     def close(self):
+        self._closed.set()
         with self._lock:
-            sessions = list(self._sessions.values())
+            sessions = [h.session for h in self._sessions.values()]
             self._sessions.clear()
         for s in sessions:
             s.close()
@@ -175,12 +253,32 @@ class RemoteMasterSession(Session):
             return
         constants = []
         gd = wire.encode_graph_def(graph_to_dict(self._graph, arrays=True), constants)
-        if self._handle is None:
-            header, _ = self._call("CreateSession", {"graph_def": gd}, constants)
-            self._handle = header["session"]
-        else:
-            self._call("ExtendSession", {"session": self._handle, "graph_def": gd}, constants)
+        if self._handle is not None:
+            try:
+                self._call("ExtendSession", {"session": self._handle, "graph_def": gd}, constants)
+                self._version = self._graph._version
+                return
+            except errors.NotFoundError as e:
+                if not e.message.startswith(_NO_SESSION):
+                    raise
+                self._handle = None  # expired, or the server restarted: a new session below
+        header, _ = self._call("CreateSession", {"graph_def": gd}, constants)
+        self._handle = header["session"]
         self._version = self._graph._version
+
+    def _run_step(self, header, values):
+        header["session"] = self._handle
+        try:
+            return self._call("RunStep", header, values)
+        except errors.NotFoundError as e:
+            if not e.message.startswith(_NO_SESSION):
+                raise
+        # The service closed our session (unused too long) or restarted before this step ran
+        # (the lookup is the first thing RunStep does): a new session, and the step once more.
+        self._handle, self._version = None, None
+        self._sync_graph()
+        header["session"] = self._handle
+        return self._call("RunStep", header, values)
 
     def run(self, fetches, feed_dict=None, options=None, run_metadata=None):
         if self._closed:
@@ -194,7 +292,7 @@ class RemoteMasterSession(Session):
             t = self._graph.as_graph_element(k, allow_operation=False)
             feeds.append(t.name)
             values.append(np.asarray(convert_feed_value(v, t)))
-        header = {"session": self._handle, "feeds": feeds, "fetches": [t.name for t in mapper.tensors],
+        header = {"feeds": feeds, "fetches": [t.name for t in mapper.tensors],
                   "targets": [op.name for op in mapper.targets]}
         if options is not None and options.timeout_in_ms:
             header["timeout_in_ms"] = int(options.timeout_in_ms)
@@ -202,7 +300,7 @@ class RemoteMasterSession(Session):
         if tracing:
             header["trace_level"] = int(options.trace_level)
         sent = time.time_ns()
-        reply, out = self._call("RunStep", header, values)
+        reply, out = self._run_step(header, values)
         if tracing:
             run_metadata.step_stats = self._step_stats(reply, sent, time.time_ns())
             if self._trace_dir is not None:

@@ -13,19 +13,22 @@ from __future__ import annotations
 import threading
 
 from tensorweave.distributed import wire
-from tensorweave.distributed.cluster import check_transports
-from tensorweave.distributed.master import _cluster_dict, _normalise_cluster
+from tensorweave.distributed.cluster import check_transports, health_check_announcement
+from tensorweave.distributed.master import _cluster_dict, _control_transport, _normalise_cluster
 from tensorweave.distributed.master_service import MasterService
 from tensorweave.distributed.transport import Security, get_transport
-from tensorweave.distributed.worker import Worker
+from tensorweave.distributed.worker import Limits, Worker
 from tensorweave.framework import errors
 
 
 class Server:
-    """One task of a cluster. ``cluster``: a ClusterConfig, ClusterSpec or {job: [addresses]}."""
+    """One task of a cluster. ``cluster``: a ClusterConfig, ClusterSpec or {job: [addresses]}.
+    ``limits``: what the task keeps for its clients at most (``worker.Limits``: steps, graphs,
+    master-service sessions and how long unused ones live)."""
 
     def __init__(self, cluster, job_name: str, task_index: int = 0, transport: str | None = None,
-                 config=None, start: bool = True, security: Security | None = None):
+                 config=None, start: bool = True, security: Security | None = None,
+                 limits: Limits | None = None):
 
         self._config = cluster if hasattr(cluster, "transport_for") else None
         self._cluster = _normalise_cluster(_cluster_dict(cluster))
@@ -45,19 +48,21 @@ class Server:
             for j in {j for j, _ in self._cluster}:
                 for name in self._transports_for(self.job_name, j):
                     get_transport(name)
-        control, _ = self._transports_for(self.job_name, self.job_name)
-        self._control = get_transport(control)
+        # Every task serves its address over the cluster's control transport, whatever the
+        # [transport_pairs] of its job say: clients and masters reach any task with it.
+        self._control = get_transport(self._transport_override or _control_transport(self._config))
         self._channels: dict = {}
         self._channels_lock = threading.Lock()
         self.worker = Worker(self.job_name, self.task_index, channel_for=self._channel_for, config=config,
                              max_message_bytes=self._security.max_message_bytes,
                              drop_channel=self._drop_channel,
-                             transport_for=lambda job: self._transports_for(self.job_name, job)[1])
+                             transport_for=lambda job: self._transports_for(self.job_name, job)[1],
+                             limits=limits)
         self.worker.cluster = {j: {str(t): a for (jj, t), a in self._cluster.items() if jj == j}
                                for j in {j for j, _ in self._cluster}}
         self._server = None
         self._tensor_servers: dict = {}
-        self._master = MasterService(self)
+        self._master = MasterService(self, self.worker.limits)
         self._stopped = threading.Event()
         if start:
             self.start()
@@ -91,7 +96,7 @@ class Server:
                 if address is None:
                     raise errors.InvalidArgumentError(f"no task /job:{job}/task:{task} in the cluster")
                 _, tensors = self._transports_for(self.job_name, job)
-                peer_control, _ = self._transports_for(job, job)
+                peer_control = self._control.name
                 security = self._security_for(self.job_name, job)
                 if tensors != peer_control:
                     address = self._tensor_address(job, task, address, peer_control, tensors, security)
@@ -138,6 +143,8 @@ class Server:
             except errors.OpError as e:  # a bad request: answered, never raised into the transport
                 return wire.encode_error(e)
             header["cluster"] = self.worker.cluster
+            if (hc := health_check_announcement(self._config)) is not None:  # for grpc:// clients
+                header["health_check"] = hc
             header["tensor_addresses"] = {n: srv.address for n, srv in self._tensor_servers.items()}
             return wire.encode_response(header, tensors)
         dispatcher.handlers["GetStatus"] = get_status

@@ -42,14 +42,23 @@ Every malformed input raises a ``tw.errors`` class: ``DataLossError`` for trunca
 stream or message that ends early), ``ResourceExhaustedError`` above ``max_bytes`` (2 GiB by
 default), ``InvalidArgumentError`` for everything else (bad magic, lengths, dtype, shape, byte
 counts, JSON, trailing bytes, unknown ops in a graph). No ``IndexError``, ``struct.error`` or
-``JSONDecodeError`` escapes.
+``JSONDecodeError`` escapes (``tests/distributed/test_wire_fuzz.py`` fuzzes every decoder).
+Nothing is allocated on a size the input only claims: a message's tensors must lie in the
+message, and a streamed tensor's buffer is reserved, not committed (``reserve_buffer``).
+
+Requests: ``REQUEST_FIELDS`` is the schema of every service method's header (its fields,
+their kinds, which are required); ``decode_request`` decodes a request and checks it.
 """
 
 from __future__ import annotations
 
+import contextlib
+import difflib
 import json
+import mmap
 import re
 import struct
+import sys
 
 import numpy as np
 
@@ -216,6 +225,34 @@ def decode_tensor_header(data, max_bytes: int | None = DEFAULT_MAX_BYTES) -> tup
     return _read_tensor_header(r, "tensor", max_bytes), r.pos
 
 
+# A streamed tensor at least this large is received into an anonymous mapping of its own.
+RESERVE_BYTES = 4 << 20
+# Linux's MAP_NORESERVE (Python 3.11's mmap module does not name it): no swap is set aside.
+_MAP_NORESERVE = getattr(mmap, "MAP_NORESERVE", 0x4000 if sys.platform.startswith("linux") else 0)
+
+
+def reserve_buffer(nbytes: int, where: str = "tensor") -> np.ndarray:
+    """A writable uint8 array of ``nbytes`` whose memory the OS commits page by page as it is
+    written, so a header announcing gigabytes costs what its bytes cost as they arrive, not
+    what it claims (a stream that ends early has committed only what came).
+
+    From ``RESERVE_BYTES`` on it is an anonymous private mapping (``MAP_NORESERVE``: no swap
+    is set aside; huge pages where the kernel gives them, as NumPy asks for its own large
+    arrays); smaller ones come from NumPy. Memory the system refuses is
+    ``ResourceExhaustedError``, never ``MemoryError``.
+    """
+    try:
+        if nbytes >= RESERVE_BYTES and hasattr(mmap, "MAP_PRIVATE") and hasattr(mmap, "MAP_ANONYMOUS"):
+            m = mmap.mmap(-1, nbytes, flags=mmap.MAP_PRIVATE | mmap.MAP_ANONYMOUS | _MAP_NORESERVE)
+            if hasattr(mmap, "MADV_HUGEPAGE"):
+                with contextlib.suppress(OSError):
+                    m.madvise(mmap.MADV_HUGEPAGE)
+            return np.frombuffer(m, dtype=np.uint8)
+        return np.empty(nbytes, dtype=np.uint8)
+    except (MemoryError, OSError, OverflowError, ValueError) as e:
+        raise errors.ResourceExhaustedError(f"{where}: cannot reserve {nbytes} bytes for it ({e})") from None
+
+
 class TensorAssembler:
     """Fills one preallocated tensor from payload chunks (streamed tensors, no concatenation).
 
@@ -229,8 +266,9 @@ class TensorAssembler:
         self.header, self.where = header, where
         self.nbytes = header["nbytes"]
         self.pos = 0
-        # NumPy's allocations are aligned for any element type: the array is a view of it.
-        self._raw = np.empty(self.nbytes, dtype=np.uint8)
+        # Aligned for any element type (NumPy's allocations and mappings are): the array is a
+        # view of it. Reserved, not committed: see ``reserve_buffer``.
+        self._raw = reserve_buffer(self.nbytes, where)
         self.buffer = memoryview(self._raw)
 
     def advance(self, n: int) -> None:
@@ -419,15 +457,136 @@ def decode_response(data, max_bytes: int | None = DEFAULT_MAX_BYTES, *, copy: bo
         err = header["error"]
         if not isinstance(err, dict):
             raise errors.InvalidArgumentError(f"malformed error response: 'error' is {type(err).__name__}, not an object")
-        code, message, node = err.get("code"), err.get("message", ""), err.get("node")
+        code, message, node = err.get("code"), err.get("message"), err.get("node")
+        if not isinstance(message, str) or not message:
+            message = f"(the peer's error response carried no message: {_short(message)})"
         cls = getattr(errors, code, None) if isinstance(code, str) else None
         if not (isinstance(cls, type) and issubclass(cls, errors.OpError) and cls is not errors.OpError):
-            cls, message = errors.UnknownError, f"{code!s:.100}: {message}"
-        raise cls(str(message), node_def=node if isinstance(node, str) else None)
+            cls, message = errors.UnknownError, f"{_short(code)}: {message}"
+        raise cls(message, node_def=node if isinstance(node, str) else None)
     if header.get("ok") is not True:
         raise errors.InvalidArgumentError("malformed response: its header has neither \"ok\": true nor \"error\"")
     del header["ok"]
     return header, tensors
+
+
+# ----------------------------------------------------------------------------------------
+# Requests: what each service method's header may hold
+
+# Per method: field -> (kind, required). Every request of the worker service and the master
+# service is checked against this one table before a handler reads it, so an unknown field
+# (a misspelling: {"contaners": [...]}) or a field of the wrong type ({"containers": null})
+# is an InvalidArgumentError naming the method and the field, never a default.
+REQUEST_FIELDS: dict[str, dict[str, tuple[str, bool]]] = {
+    "GetStatus": {},
+    "Health": {},
+    "RegisterGraph": {"partitions": ("partitions", True), "feeds": ("str_list", False),
+                      "fetches": ("str_list", False), "feed_types": ("str_map", False)},
+    "DeregisterGraph": {"handle": ("str", True)},
+    "RunGraph": {"handle": ("str", True), "step_id": ("step_id", True), "timeout": ("timeout", False),
+                 "trace": ("bool", False)},
+    "AbortStep": {"step_id": ("step_id", True), "message": ("str", False)},
+    "CleanupStep": {"step_id": ("step_id", True)},
+    # exactly one of the two (the worker checks that): named containers, or every one
+    "ResetContainers": {"containers": ("str_list", False), "all": ("true", False)},
+    "RecvTensor": {"step_id": ("step_id", True), "key": ("str", True)},
+    "CreateSession": {"graph_def": ("dict", True)},
+    "ExtendSession": {"session": ("str", True), "graph_def": ("dict", True)},
+    "RunStep": {"session": ("str", True), "feeds": ("str_list", False), "fetches": ("str_list", False),
+                "targets": ("str_list", False), "timeout_in_ms": ("int", False), "trace_level": ("int", False)},
+    "CloseSession": {"session": ("str", True)},
+}
+# The methods whose requests carry tensors (feeds, a graph's constants); the others carry none.
+REQUEST_TENSORS = frozenset({"RegisterGraph", "RunGraph", "CreateSession", "ExtendSession", "RunStep"})
+# One partition of a RegisterGraph request.
+PARTITION_FIELDS = {"device": ("str", True), "graph_def": ("dict", True), "loops": ("dict", False)}
+
+_KIND_TEXT = {
+    "str": "a string", "int": "an integer", "step_id": "an integer in [-2**63, 2**63)", "bool": "true or false",
+    "true": "true", "dict": "a JSON object", "str_list": "a list of strings",
+    "str_map": "an object mapping strings to strings", "timeout": "a non-negative number of seconds or null",
+    "partitions": "a non-empty list of objects",
+}
+
+
+def _is_int(v) -> bool:
+    return type(v) is int
+
+
+def _kind_ok(kind: str, v) -> bool:
+    if kind == "str":
+        return isinstance(v, str)
+    if kind == "int":
+        return _is_int(v)
+    if kind == "step_id":
+        return _is_int(v) and -(1 << 63) <= v < (1 << 63)
+    if kind == "bool":
+        return type(v) is bool
+    if kind == "true":
+        return v is True
+    if kind == "dict":
+        return isinstance(v, dict)
+    if kind == "str_list":
+        return isinstance(v, list) and all(isinstance(x, str) for x in v)
+    if kind == "str_map":
+        return isinstance(v, dict) and all(isinstance(x, str) for x in v.values())
+    if kind == "timeout":
+        return v is None or (type(v) in (int, float) and 0 <= v < float("inf"))
+    if kind == "partitions":
+        return isinstance(v, list) and bool(v) and all(isinstance(p, dict) for p in v)
+    raise AssertionError(kind)
+
+
+def _check_fields(obj: dict, schema: dict, where: str) -> None:
+    extra = [k for k in obj if k not in schema]
+    if extra:
+        hints = []
+        for k in extra[:3]:
+            close = difflib.get_close_matches(str(k), list(schema), n=1)
+            if close:
+                hints.append(f"{close[0]!r} for {str(k)[:60]!r}")
+        raise errors.InvalidArgumentError(
+            f"{where}: unknown field(s) {[str(k)[:60] for k in extra[:10]]}; it takes {sorted(schema) or 'none'}"
+            + (f" (did you mean {', '.join(hints)}?)" if hints else ""))
+    for name, (kind, required) in schema.items():
+        if name not in obj:
+            if required:
+                raise errors.InvalidArgumentError(f"{where}: field {name!r} ({_KIND_TEXT[kind]}) is missing")
+            continue
+        if not _kind_ok(kind, obj[name]):
+            raise errors.InvalidArgumentError(
+                f"{where}: field {name!r} must be {_KIND_TEXT[kind]}, got {_short(obj[name])}")
+
+
+def _short(v) -> str:
+    try:
+        text = json.dumps(v)
+    except (TypeError, ValueError, RecursionError):
+        text = type(v).__name__
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+def check_request(method: str, header, n_tensors: int = 0) -> dict:
+    """Check a decoded request header of service method ``method`` against ``REQUEST_FIELDS``:
+    no unknown field, every required one, each of its kind (``n_tensors``: how many tensors
+    the message carried; only ``REQUEST_TENSORS`` methods take any). Returns ``header``."""
+    schema = REQUEST_FIELDS.get(method)
+    if schema is None:
+        raise errors.UnimplementedError(f"unknown method {method!r}")
+    if not isinstance(header, dict):
+        raise errors.InvalidArgumentError(f"{method}: the request header must be a JSON object")
+    _check_fields(header, schema, method)
+    if n_tensors and method not in REQUEST_TENSORS:
+        raise errors.InvalidArgumentError(f"{method}: the request carries {n_tensors} tensor(s); it takes none")
+    for i, p in enumerate(header.get("partitions", ())):
+        _check_fields(p, PARTITION_FIELDS, f"{method}: partitions[{i}]")
+    return header
+
+
+def decode_request(method: str, data, max_bytes: int | None = DEFAULT_MAX_BYTES, *, copy: bool = False):
+    """``(header, tensors)`` of a request to ``method``: ``decode_message`` then ``check_request``."""
+    header, tensors = decode_message(data, max_bytes, copy=copy)
+    return check_request(method, header, len(tensors)), tensors
 
 
 # ----------------------------------------------------------------------------------------

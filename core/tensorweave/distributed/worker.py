@@ -10,10 +10,16 @@ task **pulls** it from that task with ``RecvTensor`` — workers exchange tensor
 never through the master.
 
 Everything arriving here crossed a process boundary: graphs are validated against the op
-registry (a worker runs only registered ops), messages are decoded by ``wire`` (no pickle),
-and a bad request is answered with an error while the worker keeps serving. A failed step
-is aborted here and on every other worker (the master broadcasts ``AbortStep``), so no
-step is left waiting for a value that will not come.
+registry (a worker runs only registered ops), messages are decoded by ``wire`` (no pickle)
+and each request's header is checked against its method's schema (``wire.REQUEST_FIELDS``:
+an unknown or ill-typed field is an error, never a default), and a bad request is answered
+with an error while the worker keeps serving. A failed step is aborted here and on every
+other worker (the master broadcasts ``AbortStep``), so no step is left waiting for a value
+that will not come; a step aborted before its RunGraph arrives runs nothing.
+
+Every table the worker keeps for its clients — steps, steps that ended, registered graphs —
+is bounded by ``Limits``: unused entries give way, and when none can, the request is refused
+with ``ResourceExhaustedError`` (a crashing or hostile client cannot grow it without bound).
 
 A traced step (``"trace": true`` in its RunGraph) records this task's partitions into a
 ``StepStatsCollector`` and returns them with the response (``"step_stats"``, on this
@@ -25,6 +31,7 @@ process's wall clock) together with when the request was taken up and the reply 
 from __future__ import annotations
 
 import collections
+import dataclasses
 import itertools
 import threading
 import time
@@ -51,7 +58,24 @@ from tensorweave.runtime.step import DEAD, StepContext, StepStatsCollector
 # How long a RecvTensor waits for its value before giving up (a step's own timeout or an
 # abort normally ends the wait much earlier).
 RECV_TIMEOUT = 600.0
-_ENDED_STEPS_KEPT = 4096
+
+
+@dataclasses.dataclass
+class Limits:
+    """What one task keeps for its clients, at most (docs/distributed.md, "Limits and
+    hardening"). Every table is bounded: past a bound, entries nothing uses any more give way,
+    and when none does the request is refused with ``ResourceExhaustedError`` naming the
+    limit — a client that floods a task cannot grow its memory, threads or CPU without bound.
+    """
+
+    max_steps: int = 4096              # steps with state on this worker at once
+    max_ended_steps: int = 4096        # steps remembered as ended or aborted (late requests fail at once)
+    step_idle_seconds: float = RECV_TIMEOUT  # a step nothing touched this long is forgotten
+    max_graphs: int = 1024             # registered graphs (RegisterGraph without DeregisterGraph)
+    max_graph_bytes: int = 4 << 30     # their RegisterGraph messages, together
+    graph_idle_seconds: float = 600.0  # a graph not run this long gives way to a new one when full
+    max_sessions: int = 256            # master-service sessions (CreateSession without CloseSession)
+    session_idle_seconds: float = 600.0  # a master-service session unused this long is closed
 
 
 def task_prefix(job: str, task: int) -> str:
@@ -94,6 +118,8 @@ class WorkerRendezvous(LocalRendezvous):
         super().__init__(step_id)
         self.worker = worker
         self.last_used = time.monotonic()
+        self.active = 0  # RunGraph and RecvTensor calls of this step in progress here
+        self.aborted = False  # aborted before it started here: its RunGraph runs nothing
 
     def recv_async(self, key: str, callback) -> None:
         src = key.split(";", 1)[0]
@@ -130,12 +156,15 @@ class _Once:
 class _Registered:
     """One plan's partitions on this worker."""
 
-    def __init__(self, partitions, feed_names, fetch_names, feed_index, fetch_index):
+    def __init__(self, partitions, feed_names, fetch_names, feed_index, fetch_index, nbytes=0):
         self.partitions = partitions      # CompiledPartitions
         self.feed_names = feed_names      # names the master sends values for, in order
         self.fetch_names = fetch_names    # names returned, in order
         self.feed_index = feed_index      # per partition: indices into feed_names
         self.fetch_index = fetch_index    # per fetch: (partition index, index in its results)
+        self.nbytes = nbytes              # the size of its RegisterGraph message
+        self.last_used = time.monotonic()
+        self.running = 0                  # RunGraph calls in progress
 
 
 class Worker:
@@ -144,7 +173,8 @@ class Worker:
     names the transport those channels use (traced steps report it)."""
 
     def __init__(self, job: str, task: int, channel_for=None, config=None, devices=None,
-                 max_message_bytes: int | None = None, drop_channel=None, transport_for=None):
+                 max_message_bytes: int | None = None, drop_channel=None, transport_for=None,
+                 limits: Limits | None = None):
 
         self.job, self.task = job, int(task)
         self.prefix = task_prefix(job, self.task)
@@ -155,12 +185,17 @@ class Worker:
         self.channel_for = channel_for
         self.drop_channel = drop_channel  # (job, task, channel): forget a channel that failed
         self.transport_for = transport_for  # job -> the name of the transport pulls from it use
-        self._graphs: dict[str, _Registered] = {}
+        self.limits = limits or Limits()
+        # Registered graphs, least recently used first.
+        self._graphs: collections.OrderedDict[str, _Registered] = collections.OrderedDict()
+        self._graph_bytes = 0
         self._graph_ids = itertools.count(1)
         self._steps: dict[int, WorkerRendezvous] = {}
-        # Steps cleaned up here, most recent last: a RunGraph or RecvTensor of one that arrives
-        # late (requests of one step may overtake each other) fails at once instead of waiting.
-        self._ended: collections.OrderedDict = collections.OrderedDict()
+        # Steps cleaned up or aborted here, most recent last, with the message a late request
+        # of theirs fails with: a RunGraph or RecvTensor that arrives after its step ended
+        # (requests of one step may overtake each other) fails at once instead of waiting.
+        self._ended: collections.OrderedDict[int, str] = collections.OrderedDict()
+        self._next_sweep = time.monotonic() + self.limits.step_idle_seconds
         self._lock = threading.Lock()
         self._pool = ThreadPoolExecutor(64, thread_name_prefix=f"tw-worker-{job}{task}")
         self._pull_pool = ThreadPoolExecutor(64, thread_name_prefix=f"tw-pull-{job}{task}")
@@ -179,15 +214,64 @@ class Worker:
             return RemoteDevice(name, DeviceSpec.from_string(name).device_type or "CPU")
         return d
 
-    def rendezvous(self, step_id: int) -> WorkerRendezvous:
+    def rendezvous(self, step_id: int, use: int = 0) -> WorkerRendezvous:
+        """Step ``step_id``'s rendezvous, made on first use; ``use=1`` counts a call that uses
+        it until the matching ``release``. A step that already ended or was aborted here gets a
+        rendezvous born aborted that is not kept (a late request fails at once and leaves
+        nothing behind). Past ``limits.max_steps`` steps, idle ones are forgotten to make room,
+        or ``ResourceExhaustedError``."""
+        forgotten = []
+        try:
+            with self._lock:
+                rv = self._steps.get(step_id)
+                if rv is None:
+                    ended = self._ended.get(step_id)
+                    if ended is not None:
+                        rv = WorkerRendezvous(self, step_id)
+                        rv.error = errors.AbortedError(ended or f"step {step_id} already ended on {self.prefix}")
+                        rv.aborted = bool(ended)
+                        rv.active = use
+                        return rv
+                    if len(self._steps) >= self.limits.max_steps:
+                        forgotten = self._forget_idle_steps(time.monotonic())
+                        if len(self._steps) >= self.limits.max_steps:
+                            raise errors.ResourceExhaustedError(
+                                f"{self.prefix} has {len(self._steps)} steps in progress, the most it keeps "
+                                f"(Limits.max_steps); steps unused for {self.limits.step_idle_seconds:g} s give "
+                                "way to new ones")
+                    rv = self._steps[step_id] = WorkerRendezvous(self, step_id)
+                rv.last_used = time.monotonic()
+                rv.active += use
+                return rv
+        finally:
+            _abort_all(forgotten)  # outside the lock: an abort runs the step's callbacks
+
+    def release(self, rv: WorkerRendezvous) -> None:
         with self._lock:
-            rv = self._steps.get(step_id)
-            if rv is None:
-                rv = self._steps[step_id] = WorkerRendezvous(self, step_id)
-                if step_id in self._ended:
-                    rv.error = errors.AbortedError(f"step {step_id} already ended on {self.prefix}")
+            rv.active -= 1
             rv.last_used = time.monotonic()
-            return rv
+
+    def _end_step(self, step_id: int, message: str = "") -> None:
+        """Remember ``step_id`` as ended (bounded; the oldest are forgotten), with the message
+        of its abort if it was aborted (a CleanupStep after an AbortStep keeps it). Lock held."""
+        self._ended[step_id] = message or self._ended.get(step_id, "")
+        self._ended.move_to_end(step_id)
+        while len(self._ended) > self.limits.max_ended_steps:
+            self._ended.popitem(last=False)
+
+    def _forget_idle_steps(self, now: float) -> list:
+        """Forget steps nothing has used for ``limits.step_idle_seconds`` (a master that died
+        mid-step never sends CleanupStep); returns (rendezvous, error) pairs for the caller to
+        abort once it has let go of the lock. Lock held."""
+        idle = self.limits.step_idle_seconds
+        out = []
+        for sid, rv in list(self._steps.items()):
+            if rv.active == 0 and now - rv.last_used >= idle:
+                message = f"step {sid} was forgotten on {self.prefix} after {idle:g} s unused"
+                del self._steps[sid]
+                self._end_step(sid, message)
+                out.append((rv, errors.AbortedError(message)))
+        return out
 
     def transport_name(self, job: str, task: int) -> str:
         """The name of the transport this task pulls tensors from ``/job:job/task:task`` with
@@ -241,52 +325,54 @@ class Worker:
         return ServiceDispatcher({k: guarded(v) for k, v in handlers.items()},
                                  {"RecvTensor": self.recv_tensor}, token=token)
 
+    def _request(self, method: str, payload, copy: bool = False):
+        return wire.decode_request(method, payload, self.max_message_bytes, copy=copy)
+
     def get_status(self, payload: bytes) -> bytes:
-        wire.decode_message(payload, self.max_message_bytes)
+        self._request("GetStatus", payload)
         return wire.encode_response({"job": self.job, "task": self.task, "devices": [
             {"name": d.name, "device_type": d.device_type, "memory_limit": d.memory_limit,
              "description": getattr(d, "description", "")} for d in self.devices]})
 
     def health(self, payload: bytes) -> bytes:
-        wire.decode_message(payload, self.max_message_bytes)
+        self._request("Health", payload)
         with self._lock:
-            running = self.running_steps
+            running, steps, graphs = self.running_steps, len(self._steps), len(self._graphs)
         # clock_ns: this process's wall clock, for the master's clock-offset estimate.
         return wire.encode_response({"job": self.job, "task": self.task, "started": self.started,
-                                     "running_steps": running, "clock_ns": time.time_ns()})
+                                     "running_steps": running, "steps": steps, "graphs": graphs,
+                                     "clock_ns": time.time_ns()})
 
     def reset_containers(self, payload: bytes) -> bytes:
-        header, _ = wire.decode_message(payload, self.max_message_bytes)
-        containers = header.get("containers")
-        if containers is not None and not (isinstance(containers, list) and all(isinstance(c, str) for c in containers)):
-            raise errors.InvalidArgumentError("ResetContainers: 'containers' must be a list of strings")
-        self.resources.reset(containers)
+        header, _ = self._request("ResetContainers", payload)
+        if ("containers" in header) == ("all" in header):
+            raise errors.InvalidArgumentError(
+                "ResetContainers: give exactly one of 'containers' (a list of container names) or "
+                f"'all': true; got {sorted(header) or 'neither'}")
+        self.resources.reset(None if "all" in header else header["containers"])
         self.kernel_cache.clear()
         return wire.encode_response({})
 
     def register_graph(self, payload: bytes) -> bytes:
         # The tensors are the graphs' constants (wire.encode_graph_def): owned copies, as
         # the graphs outlive this message.
-        header, constants = wire.decode_message(payload, self.max_message_bytes, copy=True)
-        parts = header.get("partitions")
-        if not isinstance(parts, list) or not parts:
-            raise errors.InvalidArgumentError("RegisterGraph: 'partitions' must be a non-empty list")
-        feed_names = _str_list(header.get("feeds", []), "feeds")
-        fetch_names = _str_list(header.get("fetches", []), "fetches")
+        header, constants = self._request("RegisterGraph", payload, copy=True)
+        nbytes = memoryview(payload).nbytes
+        with self._lock:  # a full table refuses before any work is done
+            self._make_room_for_graph(nbytes, time.monotonic(), reserve=False)
+        parts = header["partitions"]
+        feed_names = header.get("feeds", [])
+        fetch_names = header.get("fetches", [])
         feed_types = header.get("feed_types", {})
-        if not isinstance(feed_types, dict):
-            raise errors.InvalidArgumentError("RegisterGraph: 'feed_types' must be a dict")
         reg = plugins.registry()
         compiled, feed_index, produced = [], [], {}
         for i, p in enumerate(parts):
-            if not isinstance(p, dict):
-                raise errors.InvalidArgumentError("RegisterGraph: each partition must be a dict")
-            device = self._by_name.get(p.get("device"))
+            device = self._by_name.get(p["device"])
             if device is None:
                 raise errors.InvalidArgumentError(
-                    f"RegisterGraph: device {p.get('device')!r} is not on this task ({self.prefix}); "
+                    f"RegisterGraph: device {p['device'][:200]!r} is not on this task ({self.prefix}); "
                     f"it has {sorted(self._by_name)}")
-            cp, feeds, fetches = self._compile(device, p.get("graph_def"), constants, feed_names, feed_types,
+            cp, feeds, fetches = self._compile(device, p["graph_def"], constants, feed_names, feed_types,
                                                fetch_names, _loops(p.get("loops", {})), reg)
             compiled.append(cp)
             feed_index.append([feed_names.index(f) for f in feeds])
@@ -296,9 +382,41 @@ class Worker:
         if missing:
             raise errors.InvalidArgumentError(f"RegisterGraph: no partition produces fetches {missing}")
         handle = f"{self.prefix}/graph-{next(self._graph_ids)}"
-        self._graphs[handle] = _Registered(compiled, feed_names, fetch_names, feed_index,
-                                           [produced[f] for f in fetch_names])
+        entry = _Registered(compiled, feed_names, fetch_names, feed_index, [produced[f] for f in fetch_names], nbytes)
+        with self._lock:
+            self._make_room_for_graph(nbytes, time.monotonic())
+            self._graphs[handle] = entry
+            self._graph_bytes += nbytes
         return wire.encode_response({"handle": handle, "started": self.started})
+
+    def _make_room_for_graph(self, nbytes: int, now: float, reserve: bool = True) -> None:
+        """Make room for one more registered graph of ``nbytes``: graphs not run for
+        ``limits.graph_idle_seconds`` (least recently used first) give way; when that is not
+        enough, ``ResourceExhaustedError``. ``reserve=False`` only checks. Lock held."""
+        lim = self.limits
+        idle = lim.graph_idle_seconds
+
+        def full():
+            return len(self._graphs) + 1 > lim.max_graphs or self._graph_bytes + nbytes > lim.max_graph_bytes
+        if nbytes > lim.max_graph_bytes:
+            raise errors.ResourceExhaustedError(
+                f"RegisterGraph: a graph of {nbytes} bytes is more than {self.prefix} keeps for all graphs "
+                f"together ({lim.max_graph_bytes} bytes, Limits.max_graph_bytes)")
+        for handle, g in list(self._graphs.items()):  # least recently used first
+            if not full():
+                break
+            if g.running == 0 and now - g.last_used >= idle:
+                if reserve:
+                    del self._graphs[handle]
+                    self._graph_bytes -= g.nbytes
+                else:
+                    return  # a graph can give way: the real insert will evict it
+        if full():
+            raise errors.ResourceExhaustedError(
+                f"RegisterGraph: {self.prefix} holds {len(self._graphs)} registered graphs "
+                f"({self._graph_bytes} bytes), the most it keeps (Limits.max_graphs={lim.max_graphs}, "
+                f"max_graph_bytes={lim.max_graph_bytes}); DeregisterGraph graphs no longer used "
+                f"(a session does when it closes); graphs not run for {idle:g} s give way to new ones")
 
     def _compile(self, device, gd, constants, feed_names, feed_types, fetch_names, loops, reg):
         """Rebuild one partition from its GraphDef: its ``_Recv`` nodes become placeholders
@@ -369,38 +487,58 @@ class Worker:
         return cp, feeds, fetches
 
     def deregister_graph(self, payload: bytes) -> bytes:
-        header, _ = wire.decode_message(payload, self.max_message_bytes)
-        handle = header.get("handle")
-        if not isinstance(handle, str):
-            raise errors.InvalidArgumentError("DeregisterGraph: 'handle' must be a string")
-        self._graphs.pop(handle, None)
+        header, _ = self._request("DeregisterGraph", payload)
+        with self._lock:
+            g = self._graphs.pop(header["handle"], None)
+            if g is not None:
+                self._graph_bytes -= g.nbytes
         return wire.encode_response({})
 
     def run_graph(self, payload: bytes) -> bytes:
-        header, tensors = wire.decode_message(payload, self.max_message_bytes, copy=True)  # kernels may keep or update them
-        handle = header.get("handle")
-        g = self._graphs.get(handle) if isinstance(handle, str) else None
-        if g is None:
-            raise errors.NotFoundError(f"RunGraph: no graph {handle!r} is registered on {self.prefix}")
-        step_id = _step_id(header, "RunGraph")
-        if len(tensors) != len(g.feed_names):
-            raise errors.InvalidArgumentError(
-                f"RunGraph: {len(tensors)} feed values for {len(g.feed_names)} feeds {g.feed_names}")
-        timeout = header.get("timeout")
-        timeout = float(timeout) if isinstance(timeout, int | float) and timeout > 0 else None
-        received = time.time_ns() if header.get("trace") is True else None
+        header, tensors = self._request("RunGraph", payload, copy=True)  # kernels may keep or update them
+        handle, step_id = header["handle"], header["step_id"]
         with self._lock:
-            self.running_steps += 1
+            g = self._graphs.get(handle)
+            if g is not None:
+                self._graphs.move_to_end(handle)
+                g.running += 1
+                g.last_used = time.monotonic()
+        if g is None:
+            raise errors.NotFoundError(f"RunGraph: no graph {handle[:200]!r} is registered on {self.prefix}")
         try:
-            return self._run_graph(g, step_id, tensors, timeout, received)
+            if len(tensors) != len(g.feed_names):
+                raise errors.InvalidArgumentError(
+                    f"RunGraph: {len(tensors)} feed values for {len(g.feed_names)} feeds {g.feed_names}")
+            timeout = header.get("timeout")
+            timeout = float(timeout) if timeout else None
+            received = time.time_ns() if header.get("trace") is True else None
+            with self._lock:
+                self.running_steps += 1
+            try:
+                return self._run_graph(g, step_id, tensors, timeout, received)
+            finally:
+                with self._lock:
+                    self.running_steps -= 1
         finally:
             with self._lock:
-                self.running_steps -= 1
+                g.running -= 1
+                g.last_used = time.monotonic()
 
     def _run_graph(self, g, step_id, tensors, timeout, received=None) -> bytes:
         """One step of ``g``; ``received`` (when the request was taken up, on the wall clock)
         is given for a traced step, whose stats go back with the fetches."""
-        rv = self.rendezvous(step_id)
+        rv = self.rendezvous(step_id, use=1)
+        try:
+            return self._run_partitions(g, rv, tensors, timeout, received)
+        finally:
+            self.release(rv)
+
+    def _run_partitions(self, g, rv, tensors, timeout, received):
+        step_id = rv.step_id
+        if rv.aborted:
+            # Aborted before its RunGraph came here: the master gave up on the step, so none of
+            # it runs (no variable update of an abandoned step).
+            raise rv.error
         stats = StepStatsCollector() if received is not None else None
         step = StepContext(step_id, rv, None, None, stats)
         states, results, err = [], [None] * len(g.partitions), None
@@ -428,38 +566,50 @@ class Worker:
                                      "clock": {"received_ns": received, "replied_ns": time.time_ns()}}, out)
 
     def abort_step(self, payload: bytes) -> bytes:
-        header, _ = wire.decode_message(payload, self.max_message_bytes)
-        step_id = _step_id(header, "AbortStep")
-        message = str(header.get("message", "aborted by the master"))
-        # An abort may overtake the step's own RunGraph: the step is then born aborted here.
-        self.rendezvous(step_id).abort(errors.AbortedError(message))
+        header, _ = self._request("AbortStep", payload)
+        step_id = header["step_id"]
+        message = header.get("message") or "aborted by the master"
+        with self._lock:
+            rv = self._steps.get(step_id)
+            if rv is None:
+                # An abort may overtake the step's own RunGraph: remembered (bounded), so the
+                # step is born aborted if it comes; an abort of a step that never comes costs
+                # one entry of that bounded table, nothing more.
+                self._end_step(step_id, message)
+        if rv is not None:
+            rv.abort(errors.AbortedError(message))
         return wire.encode_response({})
 
     def cleanup_step(self, payload: bytes) -> bytes:
-        step_id = _step_id(wire.decode_message(payload, self.max_message_bytes)[0], "CleanupStep")
+        step_id = self._request("CleanupStep", payload)[0]["step_id"]
+        forgotten = []
         with self._lock:
             self._steps.pop(step_id, None)
-            self._ended[step_id] = None
-            while len(self._ended) > _ENDED_STEPS_KEPT:
-                self._ended.popitem(last=False)
-            # Forget steps nobody touched for a long time (a master that died mid-step).
+            self._end_step(step_id)
             now = time.monotonic()
-            for sid in [s for s, rv in self._steps.items() if now - rv.last_used > 2 * RECV_TIMEOUT]:
-                del self._steps[sid]
+            if now >= self._next_sweep:  # now and then, not on every call: O(steps)
+                self._next_sweep = now + min(60.0, self.limits.step_idle_seconds)
+                forgotten = self._forget_idle_steps(now)
+        _abort_all(forgotten)
         return wire.encode_response({})
 
     def recv_tensor(self, payload: bytes):
         """Stream method: the value of ``key`` in step ``step_id``, once it is sent here."""
         try:
-            header, _ = wire.decode_message(payload, self.max_message_bytes)
-            step_id, key = header.get("step_id"), header.get("key")
-            if not isinstance(step_id, int) or not isinstance(key, str) or key.count(";") != 3:
-                raise errors.InvalidArgumentError("RecvTensor: expected an integer 'step_id' and a rendezvous 'key'")
+            header, _ = self._request("RecvTensor", payload)
+            step_id, key = header["step_id"], header["key"]
+            if key.count(";") != 3:
+                raise errors.InvalidArgumentError(
+                    f"RecvTensor: 'key' must be a rendezvous key 'src;incarnation;dst;name', got {key[:200]!r}")
             src = key.split(";", 1)[0]
             device = self._by_name.get(src)
             if device is None:
                 raise errors.InvalidArgumentError(f"RecvTensor: {src!r} is not a device of {self.prefix}")
-            value = self.rendezvous(step_id).recv(key, RECV_TIMEOUT)
+            rv = self.rendezvous(step_id, use=1)
+            try:
+                value = rv.recv(key, RECV_TIMEOUT)
+            finally:
+                self.release(rv)
             if value is not DEAD and value is not None and not device.host_tensors:
                 value = device.to_host(value)
             if value is None:  # a control edge's token
@@ -478,17 +628,9 @@ class Worker:
         self._pull_pool.shutdown(wait=False)
 
 
-def _step_id(header: dict, method: str) -> int:
-    step_id = header.get("step_id")
-    if isinstance(step_id, bool) or not isinstance(step_id, int):
-        raise errors.InvalidArgumentError(f"{method}: 'step_id' must be an integer, got {step_id!r:.60}")
-    return step_id
-
-
-def _str_list(v, what):
-    if not isinstance(v, list) or not all(isinstance(x, str) for x in v):
-        raise errors.InvalidArgumentError(f"RegisterGraph: '{what}' must be a list of tensor names")
-    return v
+def _abort_all(pairs) -> None:
+    for rv, error in pairs:
+        rv.abort(error)
 
 
 def _loops(d):
@@ -496,7 +638,8 @@ def _loops(d):
         raise errors.InvalidArgumentError("RegisterGraph: 'loops' must be a dict")
     out = {}
     for name, spec in d.items():
-        if not (isinstance(spec, list) and len(spec) == 2 and isinstance(spec[0], str) and isinstance(spec[1], int)):
+        if not (isinstance(spec, list) and len(spec) == 2 and isinstance(spec[0], str) and type(spec[1]) is int
+                and spec[1] > 0):
             raise errors.InvalidArgumentError(f"RegisterGraph: loop {name!r} must be [parent frame, parallel_iterations]")
         out[name] = LoopSpec(spec[0], spec[1])
     return out

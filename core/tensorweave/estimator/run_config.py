@@ -224,7 +224,7 @@ class RunConfig:
         self._cluster_config = config
         self._cluster_spec = spec
         self._task_type, self._task_id = task_type, task_id
-        control, _ = config.transport_for(task_type, task_type)
+        control = config.control_transport  # what every task serves at its address
         self._master = data.get("session_master") or f"{control}://{spec.task_address(task_type, task_id)}"
         self._is_chief = task_type == chief_job
         self._num_ps_replicas = spec.num_tasks(TaskType.PS) if TaskType.PS in jobs else 0

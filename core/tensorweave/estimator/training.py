@@ -183,7 +183,7 @@ def _wait_for_cluster(config):
     """Wait until the tasks this task's session uses answer (the ps tasks may still be starting)."""
     cc = session_cluster(config)
     tasks = {(j, i): a for j, i, a in cc.spec.all_tasks()}
-    control, _ = cc.transport_for(config.task_type, config.task_type)
+    control = cc.control_transport  # what every task serves at its address
     deadline = time.monotonic() + config.session_creation_timeout_secs
     wait_for_tasks(tasks, get_transport(control), cc.security_for(role="client"), deadline)
 

@@ -5,9 +5,17 @@
    with ``allow_soft_placement`` a constraint nothing satisfies falls back to the devices
    of the job/replica/task it names (any device type: a program written for
    ``/gpu:0`` runs where there is none), else to any device with a kernel.
-2. **Colocation**: a variable and every op that takes it by reference, and ops created
-   under ``tw.colocate_with`` (attr ``_class: ["loc:@name"]``), are joined by union-find;
-   each group may go only to the intersection of its members' feasible devices.
+2. **Colocation**: a variable and every op that takes it by reference (a queue or other
+   resource and every op that uses its handle), and ops created under ``tw.colocate_with``
+   (attr ``_class: ["loc:@name"]``), are joined by union-find. A group may go only where
+   its anchors (the variables, resources and ``colocate_with`` members) all may and where
+   every op taking a member by reference has a kernel. Such an op's own device request
+   narrows the group where the group can follow it, and is otherwise ignored: the op runs
+   on its variable's device, as TensorFlow's placer decides (the ref/resource edge wins over
+   ``tw.device`` scopes and ``replica_device_setter``), logged on ``tensorweave.placement``
+   (INFO with ``log_device_placement``, else DEBUG). With ``allow_soft_placement`` a
+   ``colocate_with`` member whose device type or index conflicts keeps only its job, replica
+   and task (TensorFlow merges device names the same way); different tasks still conflict.
 3. **Greedy simulated execution**: nodes are visited in topological order (among ready
    nodes, the one whose inputs are ready earliest first). A node, or a whole colocation
    group when its first member is reached, goes to the feasible device where it would
@@ -27,11 +35,15 @@ from __future__ import annotations
 
 import dataclasses
 import heapq
+import logging
 
 from tensorweave.framework import errors
 from tensorweave.framework.device_spec import DeviceSpec
 from tensorweave.framework.op_def import flat_input_is_ref
 from tensorweave.passes.cost_model import CostModel
+
+# The logger log_device_placement writes to (client/plan.py logs each node's device there).
+log = logging.getLogger("tensorweave.placement")
 
 
 class _UnionFind:
@@ -69,17 +81,26 @@ def colocation_groups(nodes) -> _UnionFind:
     """Nodes that must share a device: a variable and every op that takes it by reference,
     a queue/reader/stack/accumulator and every op that uses its handle, and ops colocated with ``tw.colocate_with`` (with the named node, when it is among
     ``nodes``, and with each other in any case)."""
+    return _colocation(nodes)[0]
+
+
+def _colocation(nodes):
+    """(the union-find of ``colocation_groups``, op -> (the op whose variable or resource it
+    takes by its first ref or handle input, "variable" or "resource"))."""
     uf = _UnionFind()
+    follows: dict = {}
     by_name = {op.name: op for op in nodes}
     for op in nodes:
         uf.find(op)
         for t, ref in zip(op.inputs, flat_input_is_ref(op)):
             if ref or _is_resource_handle(t):
                 uf.union(t.op, op)
+                if t.op is not op:
+                    follows.setdefault(op, (t.op, "variable" if ref else "resource"))
         for c in colocation_classes(op):
             target = by_name.get(c[len("loc:@"):])
             uf.union(target if target is not None else c, op)
-    return uf
+    return uf, follows
 
 
 def feasible_devices(op, devices, kernels, allow_soft_placement=False):
@@ -96,46 +117,111 @@ def feasible_devices(op, devices, kernels, allow_soft_placement=False):
     return (nearby or ok_kernel), spec, ok_kernel
 
 
+def _cannot_colocate(op, members, why=""):
+    names = [f"'{m.name}' ({m.type}, {m.device or 'any device'})" for m in members]
+    return errors.InvalidArgumentError(
+        f"cannot colocate nodes {', '.join(names)}: they must share a device (a variable "
+        "and the ops that update it, or ops under tw.colocate_with), but no device "
+        f"satisfies all their constraints and has kernels for all of them{why}",
+        node_def=op.name, op=op)
+
+
+def _infeasible(op, devices, spec, with_kernel, kernels):
+    existing = [d for d in devices if spec.matches(d.spec)]
+    if not existing:
+        return errors.InvalidArgumentError(
+            f"cannot assign a device for {op.type} node '{op.name}': its device "
+            f"specification '{op.device}' matches no device; available: "
+            f"{[d.name for d in devices]} (set allow_soft_placement=True in the Session's "
+            "ConfigProto to place such nodes on an available device)", node_def=op.name, op=op)
+    if with_kernel:
+        return errors.InvalidArgumentError(
+            f"cannot assign a device for {op.type} node '{op.name}': its device specification "
+            f"'{op.device}' allows only {[d.name for d in existing]}, which have no kernel for "
+            f"{op.type}; devices with one: {[d.name for d in with_kernel]} (set "
+            "allow_soft_placement=True to let it go there)", node_def=op.name, op=op)
+    kernels.find(op, existing[0].device_type)  # raises NotFound naming what exists
+    return errors.InvalidArgumentError(
+        f"cannot assign a device for {op.type} node '{op.name}': no kernel on {[d.name for d in existing]}",
+        node_def=op.name, op=op)
+
+
+@dataclasses.dataclass
+class Override:
+    """A device request placement ignored: ``op`` takes ``source``'s variable or resource
+    by reference and runs where ``source`` is (``soft``: False), or ``allow_soft_placement``
+    let ``op`` leave a device it asked for to join ``source``'s group (``soft``: True: a
+    ``tw.colocate_with`` member's device type/index, or a request that matches no device)."""
+
+    op: object
+    source: object
+    soft: bool = False
+    what: str = "variable"  # or "resource" (a queue, reader, ... handle)
+
+
 def _groups_and_candidates(nodes, devices, kernels, soft):
-    """(op -> group root, root -> members, root -> feasible devices in device order)."""
-    uf = colocation_groups(nodes)
+    """(op -> group root, root -> members, root -> feasible devices in device order,
+    [Override]).
+
+    A group's devices are those every *anchor* allows: a variable, a queue or other
+    resource, a ``tw.colocate_with`` member (with ``allow_soft_placement``, a member whose
+    device type/index conflicts keeps only its job/replica/task, as TF merges device
+    names). An op that takes a group member by reference (Assign, IsVariableInitialized, an
+    optimizer's Apply*, a Saver's restore assign) or uses its resource handle then needs a
+    kernel there, and its own device request narrows the group only where the group can
+    follow it; a request that conflicts is ignored and the op runs on the variable's device
+    (TF's placer overrides it the same way: the ref/resource edge wins over the enclosing
+    device scope, as ``replica_device_setter`` and ``with tw.device(...)`` produce)."""
+    uf, follows = _colocation(nodes)
     groups: dict = {}
     for op in nodes:
         groups.setdefault(uf.find(op), []).append(op)
     candidates_of = {}
+    overrides: list[Override] = []
     for root, members in groups.items():
         candidates = None
-        for op in members:
+        anchors = [m for m in members if m not in follows]
+        followers = [m for m in members if m in follows]
+        if not anchors:  # what they take by reference is not in the plan: nothing to follow
+            anchors, followers = members, []
+        for op in anchors:
             feas, spec, with_kernel = feasible_devices(op, devices, kernels, soft)
             if not feas:
-                existing = [d for d in devices if spec.matches(d.spec)]
-                if not existing:
-                    raise errors.InvalidArgumentError(
-                        f"cannot assign a device for {op.type} node '{op.name}': its device "
-                        f"specification '{op.device}' matches no device; available: "
-                        f"{[d.name for d in devices]} (set allow_soft_placement=True in the Session's "
-                        "ConfigProto to place such nodes on an available device)", node_def=op.name, op=op)
-                if with_kernel:
-                    raise errors.InvalidArgumentError(
-                        f"cannot assign a device for {op.type} node '{op.name}': its device specification "
-                        f"'{op.device}' allows only {[d.name for d in existing]}, which have no kernel for "
-                        f"{op.type}; devices with one: {[d.name for d in with_kernel]} (set "
-                        "allow_soft_placement=True to let it go there)", node_def=op.name, op=op)
-                kernels.find(op, existing[0].device_type)  # raises NotFound naming what exists
-                raise errors.InvalidArgumentError(
-                    f"cannot assign a device for {op.type} node '{op.name}': no kernel on {[d.name for d in existing]}",
-                    node_def=op.name, op=op)
-            candidates = feas if candidates is None else [d for d in candidates if d in feas]
-            if not candidates:
-                names = [f"'{m.name}' ({m.type}, {m.device or 'any device'})" for m in members]
-                raise errors.InvalidArgumentError(
-                    f"cannot colocate nodes {', '.join(names)}: they must share a device (a variable "
-                    "and the ops that update it, or ops under tw.colocate_with), but no device "
-                    "satisfies all their constraints and has kernels for all of them",
-                    node_def=op.name, op=op)
+                raise _infeasible(op, devices, spec, with_kernel, kernels)
+            narrowed = feas if candidates is None else [d for d in candidates if d in feas]
+            if not narrowed and soft:
+                same_task = DeviceSpec(spec.job, spec.replica, spec.task)
+                narrowed = [d for d in candidates if d in with_kernel and same_task.matches(d.spec)]
+                if narrowed:
+                    overrides.append(Override(op, anchors[0], soft=True))
+            if not narrowed:
+                raise _cannot_colocate(op, members)
+            candidates = narrowed
+        # Kernels are hard constraints for every follower; their device requests are not.
+        for op in followers:
+            with_kernel = [d for d in candidates if kernels.lookup(op.type, d.device_type, op._attrs) is not None]
+            if not with_kernel:
+                raise _cannot_colocate(op, members, f" ({op.type} node '{op.name}' has no kernel on "
+                                                    f"{[d.name for d in candidates]})")
+            candidates = with_kernel
+        for op in followers:
+            spec = DeviceSpec.from_string(op.device)
+            narrowed = [d for d in candidates if spec.matches(d.spec)]
+            if narrowed:
+                candidates = narrowed
+                continue
+            source, what = follows[op]
+            if not any(spec.matches(d.spec) for d in devices):
+                # A request no device could meet is a mistake of its own, not a conflict with
+                # the variable: an error as for any op, unless soft placement lets it go.
+                if not soft:
+                    raise _infeasible(op, devices, spec, [], kernels)
+                overrides.append(Override(op, source, soft=True, what=what))
+            else:
+                overrides.append(Override(op, source, what=what))
         candidates_of[root] = candidates
     group_of = {op: uf.find(op) for op in nodes}
-    return group_of, groups, candidates_of
+    return group_of, groups, candidates_of, overrides
 
 
 @dataclasses.dataclass
@@ -146,6 +232,7 @@ class Simulation:
     start: dict = dataclasses.field(default_factory=dict)  # op -> simulated start (s)
     finish: dict = dataclasses.field(default_factory=dict)  # op -> simulated finish (s)
     peak_bytes: dict = dataclasses.field(default_factory=dict)  # device name -> peak live bytes
+    overrides: list = dataclasses.field(default_factory=list)  # [Override]: device requests ignored
 
     @property
     def makespan(self) -> float:
@@ -162,11 +249,34 @@ def _memory_limit(device):
 def simulate(nodes, devices, kernels, config=None, cost_model=None, feeds=None) -> Simulation:
     """Place ``nodes`` on ``devices`` by greedy simulated execution (see the module doc)."""
     soft = bool(getattr(config, "allow_soft_placement", False))
-    group_of, groups, candidates_of = _groups_and_candidates(nodes, devices, kernels, soft)
+    group_of, groups, candidates_of, overrides = _groups_and_candidates(nodes, devices, kernels, soft)
     if len(devices) <= 1 or all(len(c) == 1 for c in candidates_of.values()):
-        return Simulation({op: candidates_of[group_of[op]][0] for op in nodes})
-    return _Simulator(nodes, devices, kernels, cost_model or CostModel(), feeds,
-                      group_of, groups, candidates_of).run()
+        sim = Simulation({op: candidates_of[group_of[op]][0] for op in nodes})
+    else:
+        sim = _Simulator(nodes, devices, kernels, cost_model or CostModel(), feeds,
+                         group_of, groups, candidates_of).run()
+    sim.overrides = overrides
+    _log_overrides(overrides, sim.placement, bool(getattr(config, "log_device_placement", False)))
+    return sim
+
+
+def _log_overrides(overrides, placement, log_device_placement):
+    """Say which device requests were ignored, on the placement logger: at INFO with
+    ``log_device_placement`` (as TF's placer does), else at DEBUG."""
+    level = logging.INFO if log_device_placement else logging.DEBUG
+    if not overrides or not log.isEnabledFor(level):
+        return
+    for o in overrides:
+        op, src = o.op, o.source
+        where = placement[op].name if op in placement else "?"
+        if o.soft:
+            log.log(level, "Ignoring device specification %s for %s node '%s': it must share a device with "
+                    "'%s' and allow_soft_placement is set; placed on %s", op.device, op.type, op.name,
+                    src.name, where)
+        else:
+            log.log(level, "Ignoring device specification %s for %s node '%s' because its input from '%s' "
+                    "is a %s connection: moved to the %s's device %s", op.device, op.type, op.name, src.name,
+                    "reference" if o.what == "variable" else "resource", o.what, where)
 
 
 class _Simulator:

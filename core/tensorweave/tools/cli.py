@@ -55,7 +55,7 @@ ENTRY_POINT_GROUP = "tensorweave"
 # The kinds PluginInfo.registered counts, in display order, with singular/plural names.
 _KINDS = [("ops", "op", "ops"), ("kernels", "kernel", "kernels"), ("devices", "device type", "device types"),
           ("allocators", "allocator", "allocators"), ("transports", "transport", "transports"),
-          ("placers", "placer", "placers"), ("passes", "pass", "passes")]
+          ("placers", "placer", "placers"), ("passes", "pass", "passes"), ("fusers", "fuser", "fusers")]
 
 
 def _core_version() -> str:
@@ -398,8 +398,10 @@ def cmd_cluster_up(args) -> int:
     try:
         path, tasks = launcher.up(args.dir, workers=args.workers, ps=args.ps, transport=args.transport,
                                   tensors_transport=args.tensors_transport, host=args.host,
-                                  base_port=args.base_port, timeout=args.timeout)
-    except (errors.InvalidArgumentError, errors.NotFoundError, errors.AlreadyExistsError) as e:
+                                  base_port=args.base_port, timeout=args.timeout,
+                                  token=not args.no_token, tls=args.tls)
+    except (errors.InvalidArgumentError, errors.NotFoundError, errors.AlreadyExistsError,
+            errors.PermissionDeniedError) as e:
         _err(str(e))
         return 2
     except errors.OpError as e:
@@ -407,6 +409,12 @@ def cmd_cluster_up(args) -> int:
         return 1
     rows = [[f"{t['job']}/{t['task']}", t["address"], str(t["pid"]), t["log"]] for t in tasks]
     print(_table(rows, ["TASK", "ADDRESS", "PID", "LOG"]), file=sys.stderr)
+    directory = os.path.dirname(path)
+    if not args.no_token:
+        print(f"auth: the token is in {os.path.join(directory, launcher.TOKEN_NAME)} (a session given the config "
+              "reads it; for a grpc:// target set TENSORWEAVE_TOKEN to it)", file=sys.stderr)
+    if args.tls:
+        print(f"tls: self-signed certificate {os.path.join(directory, 'tls', 'cert.pem')}", file=sys.stderr)
     print(path)
     return 0
 
@@ -511,7 +519,8 @@ def _parser() -> argparse.ArgumentParser:
 
     sp = sub.add_parser("cluster", help="a local cluster: one worker process per task (up, down, status)")
     csub = sp.add_subparsers(dest="cluster_command", metavar="ACTION", required=True)
-    dir_help = f"the cluster's directory: config, logs, pid file (default {default_dir()})"
+    dir_help = ("the cluster's directory: config, logs, pid file, token (default: up makes a new private "
+                f"{default_dir()}; down and status find it)")
     up = csub.add_parser("up", help="start the tasks, write DIR/cluster.toml, print its path when all are ready")
     up.add_argument("--workers", type=int, default=2, help="worker tasks (default 2)")
     up.add_argument("--ps", type=int, default=1, help="parameter-server tasks (default 1)")
@@ -521,6 +530,10 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--host", default="127.0.0.1", help="address the tasks listen on (default 127.0.0.1)")
     up.add_argument("--base-port", type=int, help="first port (ps tasks, then workers); default: free ports")
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for every task (default 60)")
+    up.add_argument("--tls", action="store_true",
+                    help="serve with TLS: a self-signed certificate for --host in DIR/tls (grpc)")
+    up.add_argument("--no-token", action="store_true",
+                    help="no auth token (by default a random one is written to DIR/token and required)")
     up.set_defaults(func=cmd_cluster_up)
     down = csub.add_parser("down", help="stop the tasks (SIGTERM, then SIGKILL after --grace seconds)")
     down.add_argument("--dir", help=dir_help)

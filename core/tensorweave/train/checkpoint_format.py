@@ -21,15 +21,29 @@ dtype is recorded as JSON in ``__metadata__["tensorweave.encodings"]``:
   ``blob[off[i]:off[i+1]]``, in row-major order) under a companion name recorded in the
   encoding.
 
-The data file alone is self-describing (its metadata repeats the global step, versions and
-a per-save id), so the index is a convenience and the *commit marker*: both files are
-written to temp files in the same directory, fsynced, then renamed, data first and index
+The data file alone is self-describing and self-checking: its metadata repeats the global
+step, versions and a per-save id, and holds a CRC-32 of every stored tensor
+(``tensorweave.crc32``) and of the header itself (``tensorweave.header_crc32``, the first
+metadata key, computed with its own value as ``00000000``). The index carries a CRC-32 of
+its own text the same way (``index_crc32``, its first key). So any change to a data header
+or an index — one flipped bit included — is a ``DataLossError``, never other values, and
+every read of a tensor is checked whichever file describes it.
+
+The index is the *commit marker*: both files are written to temp files in the same
+directory (each locked while it is written), fsynced, then renamed, data first and index
 last. A crash leaves either the previous checkpoint untouched (crash before the index
-rename), or, when a save replaces a checkpoint of the same prefix, possibly a complete new
-data file beside the previous index; the reader notices the save ids differ and reads the
-data file's own header. Reading validates the header against the file size, then reads
-each tensor with ``preadv`` straight into a new array: one copy, only of the tensors asked
-for (measured faster than copying out of an ``mmap``, whose page faults dominate).
+rename), or, when a save replaces a checkpoint of the same prefix, a complete new data file
+beside the previous index: the new data file names the save it replaces
+(``tensorweave.replaces``), so the reader knows to read it alone; a data file whose save id
+is neither the index's nor replacing it (a file swapped in from another checkpoint) is a
+``DataLossError``. A save removes the temp files interrupted saves left in its directory
+(those no live writer holds locked). Reading validates the header against the file size,
+then reads each tensor with ``preadv`` straight into a new array: one copy, only of the
+tensors asked for (measured faster than copying out of an ``mmap``, whose page faults
+dominate).
+
+Files of format version 1 (no checksums of headers or index) are still read, with every
+field type-checked; files of other tools have no tensorweave metadata and no checksums.
 """
 
 from __future__ import annotations
@@ -38,17 +52,23 @@ import contextlib
 import importlib.metadata as md
 import json
 import os
+import re
 import struct
 import tempfile
 import threading
 import uuid
 import zlib
 
+try:
+    import fcntl
+except ImportError:  # not POSIX: temp files are not locked, nor swept
+    fcntl = None
+
 import numpy as np
 
 from tensorweave.framework import dtypes, errors, tensor_codec
 
-FORMAT_VERSION = 1
+FORMAT_VERSION = 2
 DATA_SUFFIX = ".safetensors"
 INDEX_SUFFIX = ".index.json"
 TEMP_SUFFIX = ".tmp"
@@ -57,6 +77,17 @@ MAX_HEADER_BYTES = 100_000_000
 # Writes go out in chunks so huge tensors need no second in-memory copy for byte order
 # conversion beyond one chunk, and so a test can slow a save down (``_after_chunk``).
 CHUNK_BYTES = 8 << 20
+
+# The checksum fields, first in their JSON object, at a fixed place: the value is computed
+# over the whole text with the 8 hex digits as "00000000".
+_CRC_PLACEHOLDER = "00000000"
+_HEADER_CRC_KEY = "tensorweave.header_crc32"
+_HEADER_CRC_PREFIX = b'{"__metadata__":{"' + _HEADER_CRC_KEY.encode() + b'":"'
+_INDEX_CRC_PREFIX = b'{\n "index_crc32": "'
+_HEX8 = re.compile(rb"[0-9a-f]{8}")
+# What a temp file of ours is called: mkstemp's 8 random characters between the name of the
+# file it becomes (a data file, an index, the state file) and ".tmp".
+_TEMP_RE = re.compile(r"^(?:.+\.safetensors|.+\.index\.json|checkpoint)\.[a-z0-9_]{8}\.tmp$")
 
 # Complex tensors are stored as real pairs (labelled with safetensors' real dtypes, which
 # every loader knows): the codec's bytes of complex64 are those of float32 pairs.
@@ -140,12 +171,61 @@ def _fsync_dir(directory: str) -> None:
         os.close(fd)
 
 
+def _locked_temp(path: str) -> tuple[int, str]:
+    """A new temp file beside ``path``, locked (``flock``) for as long as it is open, so a
+    sweep by another save knows it is being written."""
+    directory = os.path.dirname(path) or "."
+    while True:
+        fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=TEMP_SUFFIX, dir=directory)
+        if fcntl is None:
+            return fd, tmp
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            if os.stat(tmp).st_ino == os.fstat(fd).st_ino:
+                return fd, tmp
+        except FileNotFoundError:
+            pass
+        os.close(fd)  # swept between its creation and our lock: another one
+
+
+def remove_stale_temps(directory: str) -> list[str]:
+    """Remove the temp files that interrupted saves (a killed process) left in
+    ``directory``: ours by name, and held by no live writer (their lock is free). Returns
+    the names removed."""
+    if fcntl is None:
+        return []
+    removed = []
+    try:
+        names = os.listdir(directory or ".")
+    except OSError:
+        return []
+    for name in names:
+        if not _TEMP_RE.match(name):
+            continue
+        path = os.path.join(directory or ".", name)
+        try:
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | getattr(os, "O_CLOEXEC", 0))
+        except OSError:
+            continue
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except OSError:
+                continue  # a save is writing it
+            with contextlib.suppress(FileNotFoundError):
+                if os.stat(path, follow_symlinks=False).st_ino == os.fstat(fd).st_ino:
+                    os.unlink(path)
+                    removed.append(name)
+        finally:
+            os.close(fd)
+    return removed
+
+
 @contextlib.contextmanager
 def _atomic_file(path: str):
-    """A file object for a temp file beside ``path``; on success it is flushed, fsynced
-    and renamed onto ``path``; on any failure the temp file is removed."""
-    directory = os.path.dirname(path) or "."
-    fd, tmp = tempfile.mkstemp(prefix=os.path.basename(path) + ".", suffix=TEMP_SUFFIX, dir=directory)
+    """A file object for a locked temp file beside ``path``; on success it is flushed,
+    fsynced and renamed onto ``path``; on any failure the temp file is removed."""
+    fd, tmp = _locked_temp(path)
     try:
         with os.fdopen(fd, "wb") as f:
             yield f
@@ -198,7 +278,7 @@ def _layout(names, values, dtypes_list):
 
 
 def _header_bytes(parts, metadata: dict) -> bytes:
-    header = {"__metadata__": metadata} if metadata else {}
+    header = {"__metadata__": metadata} if metadata else {}  # the header checksum is its first key
     off = 0
     for stored, st, shape, raw in parts:
         header[stored] = {"dtype": st, "shape": shape, "data_offsets": [off, off + len(raw)]}
@@ -215,16 +295,33 @@ def save_file(path, tensors: dict, metadata: dict | None = None) -> None:
     _write_data(os.fspath(path), names, [tensors[n] for n in names], None, metadata or {})
 
 
+def _crc_map(parts, crcs=None) -> str:
+    return json.dumps({p[0]: _CRC_PLACEHOLDER if crcs is None else f"{crcs[p[0]]:08x}" for p in parts},
+                      separators=(",", ":"))
+
+
 def _write_data(path, names, values, dtypes_list, metadata) -> tuple[dict, dict, int]:
     parts, encodings, variables = _layout(names, values, dtypes_list)
-    meta = {str(k): str(v) for k, v in metadata.items()}
+    # The header checksum first (at a fixed place), the tensors' checksums as placeholders of
+    # the same width: once the data is written (and its checksums known) the header is written
+    # again over the first one, the same length.
+    meta = {_HEADER_CRC_KEY: _CRC_PLACEHOLDER}
+    meta.update((str(k), str(v)) for k, v in metadata.items() if str(k) != _HEADER_CRC_KEY)
     if encodings:
         meta["tensorweave.encodings"] = json.dumps(encodings, separators=(",", ":"))
+    meta["tensorweave.crc32"] = _crc_map(parts)
     head = _header_bytes(parts, meta)
     crcs: dict = {}
     with _atomic_file(path) as f:
         f.write(head)
         _write_parts(f, parts, crcs)
+        meta["tensorweave.crc32"] = _crc_map(parts, crcs)
+        meta[_HEADER_CRC_KEY] = f"{zlib.crc32(_header_bytes(parts, meta)):08x}"
+        final = _header_bytes(parts, meta)
+        if len(final) != len(head):  # pragma: no cover - fixed-width fields
+            raise errors.InternalError(f"checkpoint header of {path} changed length while it was written")
+        f.seek(0)
+        f.write(final)
     return variables, crcs, len(head) + sum(len(p[3]) for p in parts)
 
 
@@ -245,25 +342,44 @@ def write_checkpoint(prefix, names, values, dtypes_list=None, global_step=None) 
     names = list(names)
     if len(values) != len(names):
         raise errors.InvalidArgumentError(f"{len(names)} tensor names but {len(values)} tensors")
+    remove_stale_temps(directory)  # what saves killed mid-way left behind
     save_id = uuid.uuid4().hex
     version = _version()
     meta = {"format": "np", "tensorweave.format_version": str(FORMAT_VERSION),
             "tensorweave.version": version, "tensorweave.save_id": save_id}
     if global_step is not None:
         meta["tensorweave.global_step"] = str(int(global_step))
+    replaced = _committed_save_id(index_path(prefix))
+    if replaced is not None:  # a crash between the two renames leaves this data file beside that index
+        meta["tensorweave.replaces"] = replaced
     data = data_path(prefix)
     variables, crcs, nbytes = _write_data(data, names, values, dtypes_list, meta)
     _fsync_dir(directory)
     _after_data_rename()
     index = {
+        "index_crc32": _CRC_PLACEHOLDER,  # first: at a fixed place
         "format": "tensorweave-checkpoint", "format_version": FORMAT_VERSION,
         "tensorweave_version": version, "save_id": save_id,
         "global_step": None if global_step is None else int(global_step),
         "data_file": os.path.basename(data), "data_bytes": nbytes,
         "variables": variables, "crc32": crcs,
     }
-    atomic_write_bytes(index_path(prefix), json.dumps(index, indent=1).encode())
+    text = json.dumps(index, indent=1).encode()
+    crc = f"{zlib.crc32(text):08x}".encode()
+    n = len(_INDEX_CRC_PREFIX)
+    atomic_write_bytes(index_path(prefix), text[:n] + crc + text[n + 8:])
     return prefix
+
+
+def _committed_save_id(path: str) -> str | None:
+    """The save id in the index at ``path`` (None: no index, or not one we can read)."""
+    try:
+        with open(path, "rb") as f:
+            index = json.loads(f.read().decode("utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+        return None
+    sid = index.get("save_id") if isinstance(index, dict) else None
+    return sid if isinstance(sid, str) else None
 
 
 def remove_checkpoint(prefix) -> None:
@@ -301,36 +417,47 @@ class SafetensorsFile:
         size = os.fstat(f.fileno()).st_size
         if size < 8:
             raise self._lost(f"the file has {size} bytes, fewer than the 8-byte header length")
-        (n,) = struct.unpack("<Q", f.read(8))
+        head8 = f.read(8)
+        (n,) = struct.unpack("<Q", head8)
         if n > MAX_HEADER_BYTES or 8 + n > size:
             raise self._lost(f"header length {n} does not fit in the file's {size} bytes")
         raw = f.read(n)
+        if len(raw) != n:
+            raise self._lost(f"the file ended inside its {n}-byte header")
         try:
             header = json.loads(raw.decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
             raise self._lost(f"header is not valid JSON ({e})") from None
         if not isinstance(header, dict):
             raise self._lost("header is not a JSON object")
-        meta = header.pop("__metadata__", None) or {}
+        meta = header.pop("__metadata__", None)
+        meta = {} if meta is None else meta
         if not isinstance(meta, dict) or not all(isinstance(v, str) for v in meta.values()):
             raise self._lost("__metadata__ must map strings to strings")
+        self.checked = self._check_header_crc(head8 + raw, meta)
         self.metadata = meta
+        self.format_version = self._format_version(meta)
         self.data_start = 8 + n
         entries = {}
         for name, e in header.items():
-            try:
-                st, shape, (b, end) = e["dtype"], [int(d) for d in e["shape"]], e["data_offsets"]
-                b, end = int(b), int(end)
-            except (KeyError, TypeError, ValueError):
-                raise self._lost(f"bad header entry for tensor '{name}': {e!r}") from None
-            if not isinstance(st, str) or any(d < 0 for d in shape) or b < 0 or end < b:
-                raise self._lost(f"tensor '{name}' has a bad dtype {st!r}, shape {shape} or offsets {[b, end]}")
+            ok = (isinstance(e, dict) and isinstance(e.get("dtype"), str) and isinstance(e.get("shape"), list)
+                  and len(e["shape"]) <= 64 and all(type(d) is int and d >= 0 for d in e["shape"])
+                  and isinstance(e.get("data_offsets"), list) and len(e["data_offsets"]) == 2
+                  and all(type(o) is int for o in e["data_offsets"]))
+            if not ok:
+                raise self._lost(f"bad header entry for tensor '{name}': {str(e)[:200]}; expected "
+                                 "{\"dtype\": str, \"shape\": [non-negative ints], \"data_offsets\": [begin, end]}")
+            st, shape, (b, end) = e["dtype"], e["shape"], e["data_offsets"]
+            if b < 0 or end < b:
+                raise self._lost(f"tensor '{name}' has bad offsets {[b, end]}")
             # dtypes newer than this reader (F4, F6, ...) are listed but not size-checked
             item = tensor_codec.itemsize(st)
-            if item is not None and int(np.prod(shape, dtype=np.int64)) * item != end - b:
+            count = 1
+            for d in shape:
+                count *= d
+            if item is not None and count * item != end - b:
                 raise self._lost(f"tensor '{name}' of dtype {st} and shape {shape} needs "
-                                 f"{int(np.prod(shape, dtype=np.int64)) * item} bytes but its "
-                                 f"offsets {[b, end]} give {end - b}")
+                                 f"{count * item} bytes but its offsets {[b, end]} give {end - b}")
             entries[name] = (st, shape, b, end)
         pos = 0
         for name, (_st, _shape, b, end) in sorted(entries.items(), key=lambda kv: (kv[1][2], kv[1][3])):
@@ -341,7 +468,56 @@ class SafetensorsFile:
             raise self._lost(f"the header describes {self.data_start + pos} bytes but the file has {size}"
                              + (" (truncated)" if self.data_start + pos > size else ""))
         self.entries = entries
+        self.crcs = self._crc_table(meta)
         self._lock = threading.Lock()  # for the seek+read fallback where preadv is missing
+
+    def _check_header_crc(self, head: bytes, meta: dict) -> bool:
+        """Whether the header carries its checksum (and it matches: else DataLossError)."""
+        at = 8 + len(_HEADER_CRC_PREFIX)
+        if head[8:at] == _HEADER_CRC_PREFIX and _HEADER_CRC_KEY in meta:
+            digits = head[at:at + 8]
+            if not _HEX8.fullmatch(digits) or head[at + 8:at + 9] != b'"' or meta[_HEADER_CRC_KEY] != digits.decode():
+                raise self._lost(f"its header checksum ({_HEADER_CRC_KEY}) is malformed")
+            if zlib.crc32(head[:at] + _CRC_PLACEHOLDER.encode() + head[at + 8:]) != int(digits, 16):
+                raise self._lost("its header does not match its checksum: the header (names, dtypes, shapes, "
+                                 "offsets or metadata) is corrupt")
+            return True
+        if _HEADER_CRC_KEY in meta:
+            raise self._lost(f"its header checksum ({_HEADER_CRC_KEY}) is not the header's first key, where "
+                             "tensorweave writes it (a corrupt header, or one rewritten by another tool)")
+        return False
+
+    def _format_version(self, meta: dict) -> int | None:
+        """The tensorweave format version of the file (None: a file of another tool)."""
+        v = meta.get("tensorweave.format_version")
+        if v is None:
+            return None
+        if not (isinstance(v, str) and v.isdigit() and len(v) < 6):
+            raise self._lost(f"bad tensorweave.format_version {v[:50]!r}")
+        version = int(v)
+        if version >= 2 and not self.checked:
+            raise self._lost(f"format version {version} requires a header checksum ({_HEADER_CRC_KEY}) and "
+                             "it has none")
+        if version > FORMAT_VERSION:
+            raise errors.UnimplementedError(
+                f"{self.path} has checkpoint format version {version}; this tensorweave reads up to {FORMAT_VERSION}")
+        return version
+
+    def _crc_table(self, meta: dict) -> dict | None:
+        """{stored name: CRC-32} from the data file's own metadata (None where it has none)."""
+        text = meta.get("tensorweave.crc32")
+        if text is None:
+            if self.checked:
+                raise self._lost("it has a header checksum but no tensor checksums (tensorweave.crc32)")
+            return None
+        try:
+            table = json.loads(text)
+        except (ValueError, RecursionError):
+            table = None
+        if not (isinstance(table, dict) and set(table) == set(self.entries)
+                and all(isinstance(v, str) and _HEX8.fullmatch(v.encode()) for v in table.values())):
+            raise self._lost("tensorweave.crc32 must map every stored tensor to 8 hex digits")
+        return {k: int(v, 16) for k, v in table.items()}
 
     def raw(self, name: str) -> np.ndarray:
         """The stored bytes of ``name`` as a new uint8 array (8-byte aligned)."""
@@ -395,10 +571,11 @@ class CheckpointReader:
         path = os.fspath(path)
         self.prefix = path
         self.index = None
+        index_checked = False
         if path.endswith(DATA_SUFFIX) and os.path.isfile(path):
             data = path
         elif os.path.isfile(index_path(path)):
-            self.index = self._read_index(index_path(path))
+            self.index, index_checked = self._read_index(index_path(path))
             data = data_path(path)  # by definition; the index's "data_file" is informational
             if not os.path.exists(data):
                 raise errors.DataLossError(
@@ -408,40 +585,128 @@ class CheckpointReader:
                 f"checkpoint {path!r} not found: neither {index_path(path)} nor a safetensors file at that path exists")
         self.file = SafetensorsFile(data)
         self.path = data
-        meta = self.file.metadata
-        if self.index is not None and self.index.get("save_id") != meta.get("tensorweave.save_id"):
-            # A save to this prefix was interrupted between the data and index renames: the
-            # data file is complete (renamed only when fully written), its header describes it.
-            self.index = None
         try:
-            enc = json.loads(meta.get("tensorweave.encodings", "{}"))
-        except json.JSONDecodeError as e:
-            raise errors.DataLossError(f"{data}: bad tensorweave.encodings metadata ({e})") from None
-        self._encodings = enc if isinstance(enc, dict) else {}
-        companions = {e.get("offsets") for e in self._encodings.values() if isinstance(e, dict)}
+            self._init(path, data, index_checked)
+        except BaseException:
+            self.file.close()
+            raise
+
+    def _init(self, path, data, index_checked):
+        meta = self.file.metadata
+        if self.index is not None and self.index["save_id"] != meta.get("tensorweave.save_id"):
+            if self.index["save_id"] is not None and meta.get("tensorweave.replaces") == self.index["save_id"]:
+                # A save to this prefix was interrupted between the data and index renames: the
+                # data file is complete (renamed only when fully written), its header describes it.
+                self.index = None
+            elif index_checked or self.file.checked:
+                raise errors.DataLossError(
+                    f"checkpoint {path}: its data file {data} is from another save "
+                    f"({str(meta.get('tensorweave.save_id'))[:40]}) than its index {index_path(path)} "
+                    f"({str(self.index['save_id'])[:40]}), nor the save that replaced it: the files were swapped "
+                    "or mixed up")
+            else:  # format 1 files, which do not say which save they replace
+                self.index = None
+        self._encodings = self._check_encodings(meta.get("tensorweave.encodings", "{}"), data)
+        companions = {e["offsets"] for e in self._encodings.values() if e["dtype"] == "string"}
         self._names = [n for n in self.file.entries if n not in companions]
         if self.index is not None:
-            known = self.index.get("variables", {})
+            known = self.index["variables"]
             self._names = [n for n in known if n in self.file.entries] + \
                 [n for n in self._names if n not in known]
         self._name_set = set(self._names)
-        step = self.index.get("global_step") if self.index is not None else meta.get("tensorweave.global_step")
-        self.global_step = None if step is None else int(step)
+        if self.index is not None:
+            self.global_step = self.index["global_step"]
+        else:
+            step = meta.get("tensorweave.global_step")
+            if step is not None and not re.fullmatch(r"-?[0-9]{1,20}", step):
+                raise errors.DataLossError(f"{data}: bad tensorweave.global_step {step[:50]!r}")
+            self.global_step = None if step is None else int(step)
+
+    def _check_encodings(self, text, data) -> dict:
+        """The ``tensorweave.encodings`` of the data file, every entry checked against the
+        tensors it describes."""
+        def lost(what):
+            return errors.DataLossError(f"{data}: bad tensorweave.encodings metadata ({what})")
+        try:
+            enc = json.loads(text)
+        except (ValueError, RecursionError) as e:
+            raise lost(e) from None
+        if not isinstance(enc, dict):
+            raise lost("not a JSON object")
+        entries = self.file.entries
+        for name, e in enc.items():
+            where = f"tensor '{name}'"
+            if not (isinstance(e, dict) and name in entries and isinstance(e.get("shape"), list)
+                    and len(e["shape"]) <= tensor_codec.MAX_RANK
+                    and all(type(d) is int and d >= 0 for d in e["shape"])):
+                raise lost(f"{where}: {str(e)[:200]}")
+            count = 1
+            for d in e["shape"]:
+                count *= d
+            st, stored_shape = entries[name][0], entries[name][1]
+            if e.get("dtype") in ("complex64", "complex128") and set(e) == {"dtype", "shape"}:
+                pairs = _PAIRS_OF[tensor_codec.name_of(e["dtype"])]
+                if (st, stored_shape) != (pairs, e["shape"] + [2]):
+                    raise lost(f"{where}: {e['dtype']} of shape {e['shape']} is not stored as {st} {stored_shape}")
+            elif e.get("dtype") == "string" and set(e) == {"dtype", "shape", "offsets"}:
+                off = e["offsets"]
+                if not (isinstance(off, str) and off in entries and off != name):
+                    raise lost(f"{where}: its offsets {str(off)[:100]!r} are not a stored tensor")
+                if st != "U8" or len(stored_shape) != 1 or entries[off][0] != "I64" or entries[off][1] != [count + 1]:
+                    raise lost(f"{where}: a string tensor of shape {e['shape']} is not stored as U8 bytes and "
+                               f"{count + 1} I64 offsets")
+            else:
+                raise lost(f"{where}: {str(e)[:200]}")
+        return enc
 
     @staticmethod
-    def _read_index(path):
+    def _read_index(path) -> tuple[dict, bool]:
+        """The index at ``path``, every field checked, and whether it carried its checksum."""
+        def lost(what):
+            return errors.DataLossError(f"checkpoint index {path} is corrupt: {what}")
+        with open(path, "rb") as f:
+            raw = f.read()
         try:
-            with open(path, "rb") as f:
-                index = json.loads(f.read().decode("utf-8"))
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
-            raise errors.DataLossError(f"checkpoint index {path} is corrupt: {e}") from None
-        if not isinstance(index, dict) or index.get("format") != "tensorweave-checkpoint":
+            index = json.loads(raw.decode("utf-8"))
+        except (UnicodeDecodeError, ValueError, RecursionError) as e:
+            raise lost(e) from None
+        if not isinstance(index, dict):
             raise errors.DataLossError(f"{path} is not a tensorweave checkpoint index")
-        if int(index.get("format_version", 0)) > FORMAT_VERSION:
+        checked = False
+        n = len(_INDEX_CRC_PREFIX)
+        if raw[:n] == _INDEX_CRC_PREFIX and "index_crc32" in index:
+            digits = raw[n:n + 8]
+            if not _HEX8.fullmatch(digits) or raw[n + 8:n + 9] != b'"' or index["index_crc32"] != digits.decode():
+                raise lost("its checksum (index_crc32) is malformed")
+            if zlib.crc32(raw[:n] + _CRC_PLACEHOLDER.encode() + raw[n + 8:]) != int(digits, 16):
+                raise lost("its text does not match its checksum")
+            checked = True
+        elif "index_crc32" in index:
+            raise lost("its checksum (index_crc32) is not its first key, where tensorweave writes it")
+        if index.get("format") != "tensorweave-checkpoint":
+            raise errors.DataLossError(f"{path} is not a tensorweave checkpoint index")
+        version = index.get("format_version", 0)
+        if type(version) is not int:
+            raise lost(f"format_version is {str(version)[:50]}")
+        if version > FORMAT_VERSION:
             raise errors.UnimplementedError(
-                f"checkpoint index {path} has format version {index.get('format_version')}; this tensorweave "
+                f"checkpoint index {path} has format version {version}; this tensorweave "
                 f"reads up to {FORMAT_VERSION}")
-        return index
+        if version >= 2 and not checked:
+            raise lost(f"format version {version} requires its checksum (index_crc32) and it has none")
+        # Every field a reader uses, of its type (format 1 files have no checksum to rely on).
+        step, variables, crcs = index.get("global_step"), index.get("variables", {}), index.get("crc32", {})
+        if not (index.get("save_id") is None or isinstance(index.get("save_id"), str)):
+            raise lost("save_id must be a string")
+        if not (step is None or type(step) is int):
+            raise lost(f"global_step must be an integer or null, got {str(step)[:50]}")
+        if not (isinstance(variables, dict) and all(isinstance(v, dict) for v in variables.values())):
+            raise lost("variables must map names to {dtype, shape}")
+        if not (isinstance(crcs, dict) and all(type(c) is int and 0 <= c < 1 << 32 for c in crcs.values())):
+            raise lost("crc32 must map names to 32-bit checksums")
+        index.setdefault("save_id", None)
+        index["global_step"], index["variables"], index["crc32"] = step, variables, crcs
+        return index, checked
 
     def names(self) -> list:
         return list(self._names)
@@ -480,9 +745,13 @@ class CheckpointReader:
         return {n: self.dtype(n) for n in self._names}
 
     def _read(self, stored: str) -> np.ndarray:
-        """The stored bytes of ``stored``, checked against the index's CRC-32."""
+        """The stored bytes of ``stored``, checked against its CRC-32 (the data file's own;
+        the index's for files of format 1)."""
         raw = self.file.raw(stored)
-        want = self.index.get("crc32", {}).get(stored) if self.index is not None else None
+        if self.file.crcs is not None:
+            want = self.file.crcs.get(stored)
+        else:
+            want = self.index["crc32"].get(stored) if self.index is not None else None
         if want is not None and zlib.crc32(raw) != want:
             _st, _shape, b, _e = self.file.entries[stored]
             raise errors.DataLossError(
@@ -492,22 +761,17 @@ class CheckpointReader:
 
     def get_tensor(self, name: str) -> np.ndarray:
         self._require(name)
-        enc = self._encodings.get(name)
+        enc = self._encodings.get(name)  # checked when the file was opened
         raw = self._read(name)
         if enc is None:
             return self.file.array(name, raw)
-        try:
-            kind, shape = enc["dtype"], tuple(int(d) for d in enc["shape"])
-            where = f"{kind} tensor '{name}' in {self.path}"
-            if kind in ("complex64", "complex128"):
-                return tensor_codec.decode(tensor_codec.name_of(kind), shape, raw, where, error=errors.DataLossError)
-            if kind == "string":
-                comp = enc["offsets"]
-                offsets = self.file.array(comp, self._read(comp))
-                return tensor_codec.decode_strings(offsets, raw, shape, where, error=errors.DataLossError)
-        except (KeyError, TypeError, ValueError) as e:
-            raise errors.DataLossError(f"tensor '{name}' in {self.path}: bad encoding {enc!r} ({e})") from None
-        raise errors.UnimplementedError(f"tensor '{name}' in {self.path} uses unknown encoding {kind!r}")
+        kind, shape = enc["dtype"], tuple(enc["shape"])
+        where = f"{kind} tensor '{name}' in {self.path}"
+        if kind == "string":
+            comp = enc["offsets"]
+            offsets = self.file.array(comp, self._read(comp))
+            return tensor_codec.decode_strings(offsets, raw, shape, where, error=errors.DataLossError)
+        return tensor_codec.decode(tensor_codec.name_of(kind), shape, raw, where, error=errors.DataLossError)
 
     def close(self) -> None:
         self.file.close()

@@ -99,22 +99,36 @@ def get_checkpoint_state(checkpoint_dir, latest_filename=None) -> CheckpointStat
             raw = f.read()
     except FileNotFoundError:
         return None
+    def number(x):
+        return type(x) in (int, float) and x == x  # not bool, not NaN
+
     try:
         d = json.loads(raw.decode("utf-8"))
+        if not isinstance(d, dict):
+            raise TypeError("not a JSON object")
         model = d["model_checkpoint_path"]
-        paths = list(d.get("all_model_checkpoint_paths") or [])
-        if not isinstance(model, str) or not all(isinstance(p, str) for p in paths):
-            raise TypeError("paths must be strings")
-    except (UnicodeDecodeError, ValueError, KeyError, TypeError) as e:
+        paths = d.get("all_model_checkpoint_paths") or []
+        stamps = d.get("all_model_checkpoint_timestamps") or []
+        preserved = d.get("last_preserved_timestamp")
+        # Every field of its type: a damaged file is DataLossError here, never a TypeError later.
+        if not isinstance(model, str) or "\0" in model:
+            raise TypeError("model_checkpoint_path must be a string")
+        if not isinstance(paths, list) or not all(isinstance(p, str) and "\0" not in p for p in paths):
+            raise TypeError("all_model_checkpoint_paths must be a list of strings")
+        if not isinstance(stamps, list) or not all(number(t) for t in stamps):
+            raise TypeError("all_model_checkpoint_timestamps must be a list of numbers")
+        if stamps and len(stamps) != len(paths):
+            raise ValueError(f"{len(paths)} paths but {len(stamps)} timestamps")
+        if preserved is not None and not number(preserved):
+            raise TypeError("last_preserved_timestamp must be a number or null")
+    except (UnicodeDecodeError, ValueError, KeyError, TypeError, RecursionError) as e:
         raise errors.DataLossError(
             f"checkpoint state file {path} is corrupt ({type(e).__name__}: {e}); expected JSON with "
             "model_checkpoint_path and all_model_checkpoint_paths") from None
 
     def absolute(p):
         return p if os.path.isabs(p) else os.path.join(checkpoint_dir, p)
-    return CheckpointState(absolute(model), [absolute(p) for p in paths],
-                           list(d.get("all_model_checkpoint_timestamps") or []),
-                           d.get("last_preserved_timestamp"))
+    return CheckpointState(absolute(model), [absolute(p) for p in paths], list(stamps), preserved)
 
 
 def checkpoint_exists(checkpoint_prefix) -> bool:
