@@ -15,7 +15,7 @@ pluggy once per plugin, in load order, so everything a plugin registers is recor
 distribution. A plugin that fails to import, or whose hooks do not match the hookspecs (a
 misspelled hook name, ``wrapper=True``), is reported — naming the plugin and the hook — and
 the others still load; two distributions registering the same op, kernel key, device type,
-allocator, transport, placer or pass is a ``PluginConflictError`` naming both, unless one
+allocator, transport, placer, pass or element-wise fuser is a ``PluginConflictError`` naming both, unless one
 passes ``override=True`` (``framework/registry.py``). ``TENSORWEAVE_DISABLE_PLUGINS=cpu,opencl``
 (or ``*``) skips entry points by name.
 """
@@ -100,6 +100,35 @@ class PassRegistry(Registry):
 
     def stage_of(self, name) -> str:
         return self.get(name)[2]
+
+
+class FuserRegistry(Registry):
+    """Element-wise fusers by device type: ``register("CPU", fuser)``.
+
+    The element-wise fusion pass (``passes/fusion.py``) fuses only on devices whose type has
+    a fuser. A fuser is any object with two methods:
+
+    - ``supports(op_type, operand_types, result_type, num_elements) -> bool``: whether a
+      fused kernel can compute this op (one of ``ops.fusion_ops.FUSABLE``) with these dtypes
+      (``DType``s) exactly as the device's own kernel does; ``num_elements`` is the static
+      element count of the op's output, or None when not known;
+    - ``compile(expr, ctx) -> compute``: a kernel computing ``expr`` (a
+      ``fusion_ops.FusedExpression``) for the ``_FusedElementwise`` node of ``ctx`` (a
+      ``KernelContext``): ``compute(*inputs) -> output``, inputs broadcast as NumPy does. It
+      may return None (then the node runs the device's own kernels one step at a time).
+
+    and optionally ``compile_after`` (an int): how many times a fused node runs step by step,
+    on the device's own kernels, before its next run compiles it (a fuser whose compiler is
+    slow may wait for nodes that run often; default ``passes.fusion.COMPILE_AFTER``).
+    """
+
+    def register(self, device_type, fuser=None, override: bool = False):
+        return self.claim(str(device_type).upper(), fuser, override)
+
+    def for_device(self, device_type: str):
+        """The fuser of ``device_type``, or None."""
+        key = str(device_type).upper()
+        return self.get(key) if key in self else None
 
 
 class Hookspecs:
@@ -224,6 +253,23 @@ class Hookspecs:
         """
 
     @hookspec
+    def tensorweave_register_fusers(self, registry: FuserRegistry) -> None:
+        """Say how this plugin's device type fuses element-wise ops (docs/optimizations.md).
+
+        Example::
+
+            @hookimpl
+            def tensorweave_register_fusers(registry):
+                if my_compiler_available():
+                    registry.register("MYDEV", MyFuser())
+
+        The element-wise fusion pass replaces groups of element-wise nodes placed on a device
+        of that type by one ``_FusedElementwise`` node, which the fuser compiles
+        (:class:`FuserRegistry` says what a fuser provides). Register nothing (or nothing for
+        that type) and the pass leaves the device's nodes alone.
+        """
+
+    @hookspec
     def tensorweave_plugin_status(self) -> str | None:
         """A one-line status shown by ``tensorweave plugins``, or None.
 
@@ -258,6 +304,7 @@ _REGISTRATION_HOOKS = {
     "tensorweave_register_transports": "transports",
     "tensorweave_register_placers": "placers",
     "tensorweave_register_passes": "passes",
+    "tensorweave_register_fusers": "fusers",
 }
 _HOOK_NAMES = [name for name in vars(Hookspecs) if name.startswith(f"{PROJECT}_")]
 
@@ -291,17 +338,18 @@ class Registries:
         self.transports = NamedRegistry("transport")
         self.placers = NamedRegistry("placer")
         self.passes = PassRegistry("graph pass")
+        self.fusers = FuserRegistry("element-wise fuser for device type")
         self.plugins: list[PluginInfo] = []
 
     def _tables(self) -> list[Registry]:
         return [self.ops, self.kernels, self.device_factories, self.allocators, self.transports,
-                self.placers, self.passes]
+                self.placers, self.passes, self.fusers]
 
     def _sizes(self) -> dict[str, int]:
         return {
             "ops": len(self.ops), "kernels": len(self.kernels), "devices": len(self.device_factories),
             "allocators": len(self.allocators), "transports": len(self.transports),
-            "placers": len(self.placers), "passes": len(self.passes),
+            "placers": len(self.placers), "passes": len(self.passes), "fusers": len(self.fusers),
         }
 
     @contextmanager

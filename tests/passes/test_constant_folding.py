@@ -7,7 +7,8 @@ import tensorweave as tw
 from tensorweave import errors
 
 PARTS = tw.RunOptions(output_partition_graphs=True)
-NO_FOLD = tw.ConfigProto(graph_options=tw.GraphOptions(enable_constant_folding=False))
+# (element-wise fusion off: the unfolded nodes would fuse into one)
+NO_FOLD = tw.ConfigProto(graph_options=tw.GraphOptions(enable_constant_folding=False, enable_elementwise_fusion=False))
 
 
 def _run(fetches, feed=None, config=None, sess=None):

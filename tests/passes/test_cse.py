@@ -8,12 +8,14 @@ from tensorweave.framework.graph import apply_op
 from tensorweave.passes import cse
 
 PARTS = tw.RunOptions(output_partition_graphs=True)
+# Element-wise fusion off: the nodes these tests count would become fused nodes.
+NO_FUSION = tw.ConfigProto(graph_options=tw.GraphOptions(enable_elementwise_fusion=False))
 
 
 def _run(fetches, feed=None, config=None):
     """(values, {op type: count} of the optimised plan)."""
     md = tw.RunMetadata()
-    with tw.Session(config=config) as s:
+    with tw.Session(config=config or NO_FUSION) as s:
         out = s.run(fetches, feed, options=PARTS, run_metadata=md)
     counts = {}
     for gd in md.partition_graphs:
@@ -33,7 +35,8 @@ def test_identical_nodes_are_merged_and_fetches_keep_working():
     np.testing.assert_array_equal(va, vb)
     np.testing.assert_allclose(vy, 2 * va, rtol=1e-6)
     assert counts["Exp"] == 1 and counts["Mul"] == 1 and counts["Const"] == 1
-    (_, _, vy2), counts_off = _run([a, b, y], feed, tw.ConfigProto(graph_options=tw.GraphOptions(enable_cse=False)))
+    (_, _, vy2), counts_off = _run([a, b, y], feed, tw.ConfigProto(graph_options=tw.GraphOptions(
+        enable_cse=False, enable_elementwise_fusion=False)))
     assert counts_off["Exp"] == 2 and counts_off["Mul"] == 2
     np.testing.assert_allclose(vy2, vy)
 

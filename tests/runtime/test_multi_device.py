@@ -53,7 +53,8 @@ def test_one_recv_per_tensor_and_destination():
         b = a + 1.0
         c = a * 2.0
         total = b + c
-    with tw.Session() as s:
+    no_fusion = tw.ConfigProto(graph_options=tw.GraphOptions(enable_elementwise_fusion=False))
+    with tw.Session(config=no_fusion) as s:  # (fused, b, c and total would be one node)
         np.testing.assert_allclose(s.run(total), [10.0, 19.0])
         parts = _plan(s).graph_parts
     cpu_part = next(p for d, p in parts.items() if d.name == CPU)

@@ -14,6 +14,7 @@ from tensorweave.ops import (
     control_flow_primitives,
     data_flow_ops,
     dataset_ops,
+    fusion_ops,
     io_ops,
     math_grad,
     math_ops,
@@ -31,7 +32,7 @@ from tensorweave.plugins import hookimpl
 # (ops/transfer_ops.py) are deliberately not among them: see that module's docstring.
 FAMILIES = (constant_op, array_ops, math_ops, random_ops, state_ops, control_flow_primitives, control_flow_ops,
             nn_ops, training_ops, data_flow_ops, dataset_ops, checkpoint_ops, io_ops, accumulator_ops,
-            compression_ops, mutex_ops, summary_ops)
+            compression_ops, mutex_ops, summary_ops, fusion_ops)
 # Gradient modules: ``register_ops`` (helper ops gradients need) and ``register_gradients``.
 GRADIENTS = (math_grad, array_grad, nn_grad, control_flow_grad)
 

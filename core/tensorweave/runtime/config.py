@@ -20,12 +20,17 @@ class GraphOptions:
     big cross-device Recvs wait until shortly before their consumers need them (5.2).
     ``enable_bfloat16_sendrecv`` (TF's name): send float32 tensors between devices as
     truncated 16-bit floats, the whitepaper's lossy compression (5.5); off by default.
+    ``enable_elementwise_fusion``: compute each group of connected element-wise ops on a
+    device as one compiled kernel, on devices whose plugin provides a fuser (the CPU's needs
+    numba: ``pip install tensorweave-cpu[fusion]``); the environment variable
+    ``TENSORWEAVE_ELEMENTWISE_FUSION=0``/``1`` overrides it.
     """
 
     enable_cse: bool = True
     enable_constant_folding: bool = True
     enable_recv_scheduling: bool = True
     enable_bfloat16_sendrecv: bool = False
+    enable_elementwise_fusion: bool = True
 
 
 @dataclasses.dataclass

@@ -25,11 +25,15 @@ pytest::
 Ops that come from other plugins get cases from :func:`register_cases`; element-wise ops
 with a plain ``x: T -> y: T`` (or ``x: T, y: T -> z: T``) signature are covered
 automatically; the rest are reported as "not covered".
+
+:func:`fusion_checks` (at the end) checks a device's element-wise fuser: every element-wise
+op's cases fused on the device against the same ops unfused on the device.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import os
 import zlib
 from collections.abc import Callable
 from typing import Any
@@ -39,7 +43,9 @@ import numpy as np
 import tensorweave as tw
 from tensorweave import errors, plugins
 from tensorweave.framework.graph import apply_op
+from tensorweave.ops.fusion_ops import FUSABLE, FusedExpression, Step
 from tensorweave.ops.training_ops import _INPUT_ORDER, UPDATES
+from tensorweave.passes import fusion
 
 # ---------------------------------------------------------------------------------------
 # tolerances
@@ -680,7 +686,34 @@ def _table() -> dict[str, OpSpec]:
     # Transfer compression (fixed dtypes: the element-wise fallback does not cover them).
     t["_CompressF32ToBF16"] = OpSpec(_compress_bf16, dtypes=("float32",))
     t["_DecompressBF16ToF32"] = OpSpec(_decompress_bf16, dtypes=("uint16",))
+    # The element-wise fusion pass's node, in the dtypes every device holds.
+    t["_FusedElementwise"] = OpSpec(_fused, dtypes=("float32", "float64", "int32", "int64", "bool"), type_attr="Tout")
     return t
+
+
+def _fused(dt, rng):
+    d = tw.as_dtype(dt)
+    if d.is_bool:  # LogicalOr(LogicalNot(x0), x1)
+        expr = FusedExpression((d, d), (), (Step("LogicalNot", (0,), d), Step("LogicalOr", (2, 1), d)))
+        return [Case([[values((3, 4), dt, rng), values((4,), dt, rng)]], expr.to_attrs(), "not-or")]
+    # Add(Mul(x0, x1), 1), x1 broadcast along the rows
+    mul_add = FusedExpression((d, d), ((1.0, d),), (Step("Mul", (0, 1), d), Step("Add", (3, 2), d)))
+    cases = [Case([[values((3, 4), dt, rng), values((4,), dt, rng)]], mul_add.to_attrs(), "mul-add")]
+    if d.is_floating:  # Tanh(Sub(x0, x1)) > 0 as bool, then back: a comparison and a cast inside
+        b = tw.bool
+        expr = FusedExpression((d, d), ((0.0, d),), (Step("Sub", (0, 1), d), Step("Tanh", (3,), d),
+                                                     Step("Greater", (4, 2), b), Step("Cast", (5,), d),
+                                                     Step("Mul", (6, 4), d)))
+        cases.append(Case([[values((2, 3), dt, rng), values((2, 3), dt, rng)]], expr.to_attrs(), "tanh-mask"))
+    return cases
+
+
+def _check_fused_steps(op, device_type, kernels) -> None:
+    expr = FusedExpression.from_attrs(op._attrs)
+    for step in expr.steps:
+        if kernels.lookup(step.op, device_type, expr.step_attrs(step)) is None:
+            raise Unsupported(f"no {device_type} kernel for {step.op} with {expr.step_attrs(step)}, a step of "
+                              f"{op.type}")
 
 
 def _compress_bf16(dt, rng):
@@ -951,6 +984,8 @@ class Check:
                 types = {k: v.name for k, v in op._attrs.items() if hasattr(v, "is_floating")}
                 if kernels.lookup(op.type, self.device_type, op._attrs) is None:
                     raise Unsupported(f"no {self.device_type} kernel for {op.type} with {types}")
+                if op.type == "_FusedElementwise":  # runs the device's kernels of its steps
+                    _check_fused_steps(op, self.device_type, kernels)
                 if kernels.lookup(op.type, "CPU", op._attrs) is None:
                     raise Unsupported(f"no CPU reference kernel for {op.type} with {types}")
         if grads and not any(dev_b.grads):
@@ -1065,3 +1100,151 @@ def _fill_type_attr(op_def, spec, dt, cases):
     for c in cases:
         if c.build is None:
             c.attrs.setdefault(ta, dt)
+
+
+# ---------------------------------------------------------------------------------------
+# fusion agreement: element-wise ops fused by the device's fuser against the same ops unfused
+#
+# Each element-wise op's cases run as ``op(inputs)`` followed by an exact second op (``* 1``,
+# or ``LogicalNot`` for bool results), all on the device, once with element-wise fusion (the
+# fused node compiled at once) and once without. The ops a fused kernel may compute with
+# another implementation of a math function (the C library's instead of NumPy's SIMD loops)
+# agree within FUSION_RTOL; every other op agrees bit for bit (signs of zeros included).
+FUSION_INEXACT = frozenset({"Exp", "Log", "Log1p", "Expm1", "Sin", "Cos", "Tanh", "Sigmoid", "Elu", "Softplus",
+                            "Pow", "EluGrad", "SoftplusGrad"})
+FUSION_RTOL = 1e-6
+FUSION_EXTRA_OPS = ("AddN", "BiasAdd")  # the pass rewrites these into Add steps
+
+
+@dataclasses.dataclass
+class FusionCheck:
+    """One op and dtype of the fusion agreement (see above)."""
+
+    op: str
+    dtype: str
+    cases: list
+    device_type: str
+
+    @property
+    def name(self) -> str:
+        return f"fused-{self.op}[{self.dtype}]"
+
+    def run(self) -> int:
+        """Raise ConformanceFailure when fused and unfused differ, Unsupported when the
+        device's fuser fuses none of the cases; return how many cases were fused."""
+        device = f"/device:{self.device_type}:0"
+        g = tw.Graph()
+        feeds, fetches = {}, []
+        op_def = plugins.registry().ops.get(self.op)
+        with g.as_default(), tw.device(device):
+            for ci, case in enumerate(self.cases):
+                ins = []
+                for arg, val in zip(op_def.inputs, case.inputs):
+                    made = []
+                    for j, v in enumerate(val if arg.is_list else [val]):
+                        v = np.asarray(v)
+                        ph = tw.placeholder(tw.as_dtype(v.dtype), v.shape, name=f"c{ci}_{arg.name}{j}")
+                        feeds[ph] = v
+                        made.append(ph)
+                    ins.append(made if arg.is_list else made[0])
+                attrs = {k: v for k, v in case.attrs.items() if not k.startswith("_")}
+                try:
+                    y = apply_op(self.op, ins, attrs, name=f"c{ci}_{self.op}")
+                except errors.OpError as e:
+                    raise Unsupported(f"cannot build {self.op}: {e}") from e
+                if y.dtype.is_bool:
+                    z = tw.logical_not(y, name=f"c{ci}_follow")
+                else:
+                    z = tw.multiply(y, tw.constant(np.ones((), y.dtype.np_dtype)), name=f"c{ci}_follow")
+                fetches.append(z)
+        off = tw.ConfigProto(graph_options=tw.GraphOptions(enable_elementwise_fusion=False))
+        on = tw.ConfigProto(graph_options=tw.GraphOptions(enable_elementwise_fusion=True))
+        try:
+            with tw.Session(graph=g, config=off) as s:
+                ref = s.run(fetches, feeds)
+        except errors.OpError as e:
+            raise Unsupported(f"{self.op} ({self.dtype}) does not run unfused on {self.device_type}: {e}") from e
+        md = tw.RunMetadata()
+        saved = {k: os.environ.get(k) for k in (fusion.ENV_COMPILE_AFTER, fusion.ENV_SWITCH)}
+        os.environ[fusion.ENV_COMPILE_AFTER] = "0"
+        os.environ.pop(fusion.ENV_SWITCH, None)
+        try:
+            with tw.Session(graph=g, config=on) as s:
+                got = s.run(fetches, feeds, options=tw.RunOptions(output_partition_graphs=True), run_metadata=md)
+                uncompiled = [n.op.name for n in _fused_nodes(s) if getattr(n.fn, "compiled", True) is None]
+        except errors.OpError as e:
+            raise ConformanceFailure(f"{self.op} ({self.dtype}) fused on {self.device_type} raised "
+                                     f"{type(e).__name__}: {e}") from e
+        finally:
+            for k, v in saved.items():
+                if v is None:
+                    os.environ.pop(k, None)
+                else:
+                    os.environ[k] = v
+        fused = sum(n["op"] == fusion.FUSED for gd in md.partition_graphs for n in gd["node"])
+        if not fused:
+            raise Unsupported(f"the {self.device_type} fuser does not fuse {self.op} ({self.dtype})")
+        problems = [f"fused node {name} ran step by step: the fuser compiled nothing" for name in uncompiled]
+        for case, d, r in zip(self.cases, got, ref):
+            msg = fusion_mismatch(d, r, self.op in FUSION_INEXACT)
+            if msg:
+                problems.append(f"[{case.label}] {msg}")
+        if problems:
+            head = f"{self.op} ({self.dtype}) fused on {self.device_type} differs from the unfused nodes:"
+            raise ConformanceFailure("\n  ".join([head, *problems]))
+        return fused
+
+
+def _fused_nodes(sess) -> list:
+    """The executor's nodes of the fused nodes in a session's plans (their ``fn`` is the
+    kernel: ``compiled`` is None while or when it runs step by step)."""
+    out = []
+    for plan in list(sess._plans.values()):
+        parts = [plan.partition] if getattr(plan, "partition", None) is not None else list(plan.partitions or ())
+        out.extend(n for p in parts for n in p.nodes if getattr(n.op, "type", "") == "_FusedElementwise")
+    return out
+
+
+def fusion_mismatch(fused, unfused, inexact: bool) -> str | None:
+    """None when a fused value agrees with the unfused one (bit for bit, or within
+    FUSION_RTOL when ``inexact``); otherwise what differs."""
+    d, r = np.asarray(fused), np.asarray(unfused)
+    if d.dtype != r.dtype or d.shape != r.shape:
+        return f"{d.dtype}{list(d.shape)}, unfused {r.dtype}{list(r.shape)}"
+    if d.dtype.kind in "fc":
+        if inexact:
+            ok = np.allclose(d, r, rtol=FUSION_RTOL, atol=0.0, equal_nan=True)
+            return None if ok else _describe_mismatch(d, r, FUSION_RTOL, 0.0)
+        same = (d == r) | (np.isnan(d) & np.isnan(r))
+        same &= np.signbit(d) == np.signbit(r)
+        return None if same.all() else _describe_mismatch(d, r, 0.0, 0.0)
+    return None if np.array_equal(d, r) else _describe_mismatch(d, r, 0.0, 0.0)
+
+
+def fusion_checks(device_type: str, ops=None) -> list[FusionCheck]:
+    """The fusion agreement checks for ``device_type``: every element-wise op of the kit's
+    table (``fusion_ops.FUSABLE``, AddN, BiasAdd) in every dtype the kit tries and the device
+    has a kernel for (or only ``ops``)."""
+    device_type = device_type.upper()
+    reg = plugins.registry()
+    out = []
+    for op_type in sorted(set(FUSABLE) | set(FUSION_EXTRA_OPS)):
+        if (ops is not None and op_type not in ops) or op_type not in reg.ops:
+            continue
+        op_def = reg.ops.get(op_type)
+        spec = spec_for(op_def)
+        if spec is None:
+            continue
+        for dt in dtypes_for(op_def, spec):
+            cases = spec.gen(dt, _rng_for("fusion", op_type, dt))
+            _fill_type_attr(op_def, spec, dt, cases)
+            attrs = dict(cases[0].attrs)
+            ta = _main_type_attr(op_def, spec)
+            if ta and ta not in attrs and "->" not in dt:
+                attrs[ta] = tw.as_dtype(dt)
+            if "->" in dt:
+                attrs.update(SrcT=tw.as_dtype(dt.split("->")[0]), DstT=tw.as_dtype(dt.split("->")[1]))
+            if reg.kernels.lookup(op_type, device_type, attrs) is None:
+                continue
+            out.append(FusionCheck(op_type, dt, cases, device_type))
+    return out

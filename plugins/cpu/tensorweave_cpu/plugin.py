@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tensorweave.plugins import hookimpl
-from tensorweave_cpu import device, kernels, pool
+from tensorweave_cpu import device, fusion, kernels, pool
 
 
 @hookimpl
@@ -20,3 +20,20 @@ def tensorweave_register_kernels(registry):
 def tensorweave_register_allocators(registry):
     registry.register("CPU", "default", device.CPUAllocator.for_device)
     registry.register("CPU", "pool", pool.PoolAllocator.for_device)
+
+
+@hookimpl
+def tensorweave_register_fusers(registry):
+    # Element-wise fusion needs numba (the `fusion` extra); without it the CPU fuses nothing.
+    if fusion.numba_available():
+        registry.register("CPU", fusion.CPUFuser())
+
+
+@hookimpl
+def tensorweave_doctor():
+    if fusion.numba_available():
+        import importlib.metadata as md
+
+        return [("CPU fusion", f"element-wise fusion compiles with numba {md.version('numba')}")]
+    return [("CPU fusion", "off: numba is not installed"),
+            ("hint", "element-wise fusion on the CPU needs numba: `pip install tensorweave-cpu[fusion]`")]

@@ -236,7 +236,9 @@ class PyCudaDriver:
         return int(self.stream.handle)
 
     # -- code --------------------------------------------------------------------------------
-    def compile(self, source: str, options: list[str]):
+    def compile(self, source: str, options: list[str], signatures: dict | None = None):
+        """A module of ``source``; ``signatures`` ({function: launch signature}) names the
+        functions of a generated source (fusion.py), which the emulator needs and nvcc does not."""
         from pycuda.compiler import SourceModule
 
         with self.activate():

@@ -54,6 +54,15 @@ def tensorweave_register_allocators(registry):
 
 
 @hookimpl
+def tensorweave_register_fusers(registry):
+    if machine().reason is not None:
+        return
+    from tensorweave_cuda.fusion import CUDAFuser
+
+    registry.register(DEVICE_TYPE, CUDAFuser())
+
+
+@hookimpl
 def tensorweave_plugin_status():
     return status(machine())
 

@@ -57,6 +57,12 @@ class EmulatorPlugin:
         registry.register(self.device_type, "default", CUDAAllocator.for_device)
         registry.register(self.device_type, "pool", CUDAPoolAllocator.for_device)
 
+    @plugins.hookimpl
+    def tensorweave_register_fusers(self, registry):
+        from tensorweave_cuda.fusion import CUDAFuser
+
+        registry.register(self.device_type, CUDAFuser())
+
 
 @pytest.fixture(scope="module", params=["emulator", "cuda"])
 def gpu(request):

@@ -75,6 +75,15 @@ def tensorweave_register_allocators(registry):
 
 
 @hookimpl
+def tensorweave_register_fusers(registry):
+    if missing() is not None:
+        return
+    from tensorweave_opencl.fusion import OpenCLFuser
+
+    registry.register("OPENCL", OpenCLFuser())
+
+
+@hookimpl
 def tensorweave_plugin_status():
     return status()
 

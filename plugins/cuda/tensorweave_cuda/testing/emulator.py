@@ -315,8 +315,11 @@ class EmuDriver:
             self._raise_pending("waiting for the device")
 
     # -- code ----------------------------------------------------------------------------------
-    def compile(self, source: str, options: list[str]) -> EmuModule:
-        refs = _refs_for(source, options)
+    def compile(self, source: str, options: list[str], signatures: dict | None = None) -> EmuModule:
+        if signatures:  # a generated source (fusion.py): its functions are named, not in the catalog
+            refs = [catalog.KernelRef("<generated>", (), name, sig) for name, sig in signatures.items()]
+        else:
+            refs = _refs_for(source, options)
         defines = [o for o in options if o.startswith("-D")]
         text = source + "\n" + trampolines(refs)
         cxx = compiler()
@@ -443,6 +446,12 @@ class EmulatorPlugin:
 
         registry.register(self.device_type, "default", CUDAAllocator.for_device)
         registry.register(self.device_type, "pool", CUDAPoolAllocator.for_device)
+
+    @hookimpl
+    def tensorweave_register_fusers(self, registry):
+        from tensorweave_cuda.fusion import CUDAFuser
+
+        registry.register(self.device_type, CUDAFuser())
 
 
 def plugin(count: int = 1, capacity: int = 1 << 30, device_type: str = "CUDAEMU") -> EmulatorPlugin:

@@ -1,0 +1,231 @@
+"""``_FusedElementwise``: one node that computes a group of element-wise ops, and the
+expression it carries (``FusedExpression``), as data.
+
+The element-wise fusion pass (``passes/fusion.py``) replaces a connected group of element-wise
+nodes on one device by one such node. Plans travel as GraphDefs (to worker processes, in
+``RunMetadata.partition_graphs``), so the expression is attrs, never code:
+
+- ``Tin``: the dtypes of the node's inputs (tensors computed outside the group);
+- ``literals`` / ``literal_types``: scalar constants folded into the expression;
+- ``ops`` / ``args`` / ``types``: the steps, in order; step ``k`` applies op ``ops[k]`` (one of
+  ``FUSABLE``) to ``FUSABLE[op].arity`` operands taken in turn from ``args`` and has dtype
+  ``types[k]``. An operand is a reference: ``0 .. n_inputs-1`` the inputs,
+  ``n_inputs .. n_inputs+n_literals-1`` the literals, then the steps' results;
+- ``Tout``: the result's dtype, that of the last step, which is the node's output;
+- ``names`` (optional): the node each step came from, so that an error raised while the
+  fused node runs step by step names the user's node.
+
+Every fusable op's meaning is fixed by its operand and result dtypes (a Cast's ``SrcT`` and
+``DstT`` are those), which is why steps carry no other attrs. Operands broadcast as NumPy
+does; the output's shape is the broadcast of the inputs' shapes.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+
+import numpy as np
+
+from tensorweave.framework import dtypes, errors
+from tensorweave.framework.tensor_shape import TensorShape
+from tensorweave.ops import shape_fns
+
+FUSED = "_FusedElementwise"
+
+
+@dataclasses.dataclass(frozen=True)
+class Fusable:
+    """How an op takes part in a fused expression: its number of operands and its typing rule
+    (``same``: one operand dtype, the result has it; ``compare``: one operand dtype, a bool
+    result; ``logical``: bool operands and result; ``cast``: any operand, the declared result)."""
+
+    arity: int
+    typing: str = "same"
+
+
+_UNARY = ("Neg", "Abs", "Exp", "Log", "Log1p", "Expm1", "Sqrt", "Rsqrt", "Square", "Sign", "Reciprocal",
+          "Floor", "Ceil", "Round", "Sin", "Cos", "Tanh", "Sigmoid", "Relu", "Relu6", "Elu", "Softplus")
+_BINARY = ("Add", "Sub", "Mul", "Div", "RealDiv", "FloorDiv", "FloorMod", "Pow", "Maximum", "Minimum",
+           "SquaredDifference", "ReluGrad", "Relu6Grad", "EluGrad", "SoftplusGrad")
+_COMPARE = ("Less", "LessEqual", "Greater", "GreaterEqual", "Equal", "NotEqual")
+
+# The ops a fused expression may contain (the same op types, with the same meaning, as the
+# unfused nodes). The pass also turns AddN, BiasAdd (NHWC) and Identity/StopGradient into these.
+FUSABLE: dict[str, Fusable] = {
+    **{op: Fusable(1) for op in _UNARY},
+    **{op: Fusable(2) for op in _BINARY},
+    **{op: Fusable(2, "compare") for op in _COMPARE},
+    "LogicalAnd": Fusable(2, "logical"), "LogicalOr": Fusable(2, "logical"), "LogicalNot": Fusable(1, "logical"),
+    "Cast": Fusable(1, "cast"),
+}
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    op: str
+    args: tuple[int, ...]
+    dtype: dtypes.DType
+
+
+@dataclasses.dataclass(frozen=True)
+class FusedExpression:
+    """The computation of a ``_FusedElementwise`` node (see the module docstring)."""
+
+    input_types: tuple[dtypes.DType, ...]
+    literals: tuple[tuple[float, dtypes.DType], ...]
+    steps: tuple[Step, ...]
+    names: tuple[str, ...] = dataclasses.field(default=(), compare=False)  # for messages only
+
+    @property
+    def output_type(self) -> dtypes.DType:
+        return self.steps[-1].dtype
+
+    @property
+    def n_inputs(self) -> int:
+        return len(self.input_types)
+
+    def ref_type(self, ref: int) -> dtypes.DType:
+        """The dtype of the value an operand reference names."""
+        n, nl = len(self.input_types), len(self.literals)
+        if ref < n:
+            return self.input_types[ref]
+        if ref < n + nl:
+            return self.literals[ref - n][1]
+        return self.steps[ref - n - nl].dtype
+
+    def literal_value(self, k: int) -> np.ndarray:
+        """Literal ``k`` as a 0-d array of its dtype (what the Const it replaced held)."""
+        value, dt = self.literals[k]
+        return np.asarray(value, dtype=dt.np_dtype)
+
+    def operand_types(self, step: Step) -> tuple[dtypes.DType, ...]:
+        return tuple(self.ref_type(r) for r in step.args)
+
+    def step_attrs(self, step: Step) -> dict:
+        """The attrs an unfused node of this step would have (its type attrs)."""
+        kind = FUSABLE[step.op].typing
+        if kind == "cast":
+            return {"SrcT": self.ref_type(step.args[0]), "DstT": step.dtype}
+        if kind == "logical":
+            return {}
+        return {"T": self.ref_type(step.args[0])}
+
+    # -- as attrs, and back ------------------------------------------------------------------
+    def to_attrs(self) -> dict:
+        return {
+            "Tin": list(self.input_types), "Tout": self.output_type,
+            "ops": [s.op for s in self.steps], "args": [r for s in self.steps for r in s.args],
+            "types": [s.dtype for s in self.steps],
+            "literals": [v for v, _ in self.literals], "literal_types": [dt for _, dt in self.literals],
+            "names": list(self.names),
+        }
+
+    @classmethod
+    def from_attrs(cls, attrs: dict, where: str = FUSED) -> FusedExpression:
+        """The expression of a node's attrs, checked: every op fusable, every operand an earlier
+        value, every step typed as its op requires. Raises InvalidArgumentError saying what
+        is wrong."""
+        def bad(msg):
+            return errors.InvalidArgumentError(f"{where}: malformed fused expression: {msg}")
+
+        try:
+            tin = tuple(dtypes.as_dtype(t) for t in attrs["Tin"])
+            ops = list(attrs["ops"])
+            args = [int(a) for a in attrs["args"]]
+            types = [dtypes.as_dtype(t) for t in attrs["types"]]
+            lits = [float(v) for v in attrs.get("literals", ())]
+            ltypes = [dtypes.as_dtype(t) for t in attrs.get("literal_types", ())]
+            tout = dtypes.as_dtype(attrs["Tout"])
+            names = tuple(str(n) for n in attrs.get("names", ()))
+        except KeyError as e:
+            raise bad(f"attr {e.args[0]!r} is missing") from None
+        except (TypeError, ValueError) as e:
+            raise bad(str(e)) from None
+        if not tin:
+            raise bad("it has no inputs")
+        if not ops or len(ops) != len(types):
+            raise bad(f"{len(ops)} ops but {len(types)} step types (one each, at least one)")
+        if names and len(names) != len(ops):
+            raise bad(f"{len(names)} step names for {len(ops)} steps")
+        if len(lits) != len(ltypes):
+            raise bad(f"{len(lits)} literals but {len(ltypes)} literal types")
+        for v, dt in zip(lits, ltypes):
+            if dt.is_string or dt.is_complex or (not math.isfinite(v) and not dt.is_floating):
+                raise bad(f"literal {v!r} of dtype {dt.name}")
+        steps, pos = [], 0
+        expr = cls(tin, tuple(zip(lits, ltypes)), ())
+        for k, (op, dt) in enumerate(zip(ops, types)):
+            spec = FUSABLE.get(op)
+            if spec is None:
+                raise bad(f"step {k}: {op!r} is not a fusable op (those are {sorted(FUSABLE)})")
+            refs = tuple(args[pos:pos + spec.arity])
+            pos += spec.arity
+            limit = len(tin) + len(lits) + k
+            if len(refs) != spec.arity or any(not 0 <= r < limit for r in refs):
+                raise bad(f"step {k} ({op}): operands {list(refs)} must be {spec.arity} references to "
+                          f"the inputs, literals or earlier steps (0..{limit - 1})")
+            step = Step(op, refs, dt)
+            expr = dataclasses.replace(expr, steps=(*expr.steps, step))
+            problem = typing_problem(op, expr.operand_types(step), dt)
+            if problem:
+                raise bad(f"step {k} ({op}): {problem}")
+            steps.append(step)
+        if pos != len(args):
+            raise bad(f"{len(args)} operand references, the steps take {pos}")
+        if tout is not types[-1]:
+            raise bad(f"Tout is {tout.name} but the last step has dtype {types[-1].name}")
+        return dataclasses.replace(expr, names=names)
+
+    # -- for compilers and messages -------------------------------------------------------------
+    def key(self) -> tuple:
+        """A hashable key naming the computation exactly (compile caches use it)."""
+        return (tuple(t.name for t in self.input_types),
+                tuple((repr(v), dt.name) for v, dt in self.literals),
+                tuple((s.op, s.args, s.dtype.name) for s in self.steps))
+
+    def describe(self) -> str:
+        """The expression as text, e.g. ``Add(Mul(x0, 1.0001), 0.5)`` (for messages and docs):
+        ``x<i>`` are the inputs, and a value used more than once is shown in parentheses each time."""
+        names = [f"x{i}" for i in range(self.n_inputs)] + [str(dt.np_dtype.type(v)) for v, dt in self.literals]
+        uses = [0] * (len(names) + len(self.steps))
+        for s in self.steps:
+            for r in s.args:
+                uses[r] += 1
+        for s in self.steps:
+            text = f"{s.op}({', '.join(names[r] for r in s.args)})"
+            names.append(text if uses[len(names)] <= 1 else f"({text})")
+        return names[-1]
+
+
+def typing_problem(op: str, operand_types, result) -> str | None:
+    """Why ``op`` cannot take ``operand_types`` to ``result`` (None when it can)."""
+    kind = FUSABLE[op].typing
+    if kind == "cast":
+        return None
+    if len(set(operand_types)) != 1:
+        return f"operands of dtypes {[t.name for t in operand_types]} (must be one dtype)"
+    t = operand_types[0]
+    if kind == "logical" and not (t.is_bool and result.is_bool):
+        return f"takes and gives bool, not {t.name} -> {result.name}"
+    if kind == "compare" and not result.is_bool:
+        return f"gives bool, not {result.name}"
+    if kind == "same" and result is not t:
+        return f"gives its operands' dtype {t.name}, not {result.name}"
+    return None
+
+
+def _shape(op):
+    FusedExpression.from_attrs(op._attrs, f"{FUSED} node '{op.name}'")
+    shape = TensorShape([])
+    for t in op.inputs:
+        shape = shape_fns.broadcast_shapes(shape, t.shape)
+    return [shape]
+
+
+def register_ops(reg) -> None:
+    reg.op(FUSED, inputs=["inputs: Tin"], outputs=["output: Tout"],
+           attrs=["Tin: list(type)", "Tout: type", "ops: list(string)", "args: list(int)", "types: list(type)",
+                  "literals: list(float) = []", "literal_types: list(type) = []", "names: list(string) = []"],
+           shape_fn=_shape,
+           doc="A group of element-wise ops computed as one (made by the element-wise fusion pass).")
