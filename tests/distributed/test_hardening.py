@@ -221,7 +221,10 @@ def test_one_health_checker_per_process_however_many_sessions():
         # Task 1 hangs (its Health never answers): every session watching it hears, and a
         # step that waits there fails within two intervals.
         dispatcher = servers[1]._server.dispatcher
-        dispatcher.handlers["Health"] = lambda payload: release.wait(60) and b""
+        healthy = dispatcher.handlers["Health"]
+        # (once released, the calls still waiting answer as a healthy task would: an invalid
+        # answer would fail the session's next step)
+        dispatcher.handlers["Health"] = lambda payload: (release.wait(60), healthy(payload))[1]
         g = tw.Graph()
         with g.as_default(), tw.device("/job:worker/task:1"):
             q = tw.FIFOQueue(1, tw.float32, shared_name="hardening_q")
@@ -231,6 +234,7 @@ def test_one_health_checker_per_process_however_many_sessions():
         with pytest.raises(errors.UnavailableError, match="/job:worker/task:1 failed its health check"):
             sessions[-1].run(take, options=tw.RunOptions(timeout_in_ms=60000))
         assert time.monotonic() - started < 30
+        dispatcher.handlers["Health"] = healthy
         release.set()
         sessions[-1].run(close)  # ends the dequeue still waiting on task 1
         _poll(lambda: servers[1].worker.running_steps == 0, "task 1 is idle again")
