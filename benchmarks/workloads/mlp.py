@@ -103,8 +103,10 @@ def build(device: str | None = None, batch: int | None = None) -> Workload:
         opencl = _opencl_variant(build)
         if opencl is not None:
             # Compile its OpenCL programs now: PoCL's LLVM cannot build them once TensorFlow's
-            # or JAX's LLVM is loaded into the process (peers below).
-            opencl.tensorweave()
+            # or JAX's LLVM is loaded into the process (peers below). Three steps: fused nodes
+            # compile at their second run (passes/fusion.py).
+            for _ in range(3):
+                opencl.tensorweave()
             others["tensorweave (OPENCL)"] = opencl.tensorweave
             closers.append(opencl.close)
             checks.append(opencl.check)
