@@ -198,6 +198,22 @@ class FusedExpression:
         return names[-1]
 
 
+def c_literal(value: float, dtype, ctype: str, long_suffix: str = "L") -> str:
+    """A literal of the expression spelled in C-family source (OpenCL C, CUDA C) as ``ctype``
+    of ``dtype``: floats exactly (hex), NaN/infinities through the usual macros, integers with
+    ``long_suffix`` (|value| <= 2**53: the pass keeps larger integers as inputs)."""
+    if dtype.is_floating:
+        if np.isnan(value):
+            return f"(({ctype})NAN)"
+        if np.isinf(value):
+            return f"(({ctype})({'-' if value < 0 else ''}INFINITY))"
+        v = float(dtype.np_dtype.type(value))
+        return f"(({ctype}){v.hex()}{'f' if ctype == 'float' else ''})"
+    if dtype.is_bool:
+        return f"(({ctype}){1 if value else 0})"
+    return f"(({ctype}){int(value)}{long_suffix})"
+
+
 def typing_problem(op: str, operand_types, result) -> str | None:
     """Why ``op`` cannot take ``operand_types`` to ``result`` (None when it can)."""
     kind = FUSABLE[op].typing

@@ -29,9 +29,8 @@ import threading
 import weakref
 from functools import cache
 
-import numpy as np
-
 from tensorweave.framework import errors
+from tensorweave.ops.fusion_ops import c_literal
 from tensorweave_cuda import plan
 from tensorweave_cuda.driver import DriverError
 from tensorweave_cuda.kernels import catalog, source_text
@@ -106,17 +105,7 @@ class CUDAFuser:
 
 
 def _literal(value: float, dt) -> str:
-    ct = catalog.dtype(dt.np_dtype).ctype
-    if dt.is_floating:
-        if np.isnan(value):
-            return f"(({ct})NAN)"
-        if np.isinf(value):
-            return f"(({ct})({'-' if value < 0 else ''}INFINITY))"
-        v = float(dt.np_dtype.type(value))
-        return f"(({ct}){v.hex()}{'f' if ct == 'float' else ''})"
-    if dt.is_bool:
-        return f"(({ct}){1 if value else 0})"
-    return f"(({ct}){int(value)}LL)"  # |value| <= 2**53: the pass keeps larger integers as inputs
+    return c_literal(value, dt, catalog.dtype(dt.np_dtype).ctype, "LL")
 
 
 def _substitute(text: str, ct: str, operands) -> str:

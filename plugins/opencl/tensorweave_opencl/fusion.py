@@ -22,6 +22,7 @@ import re
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.ops.fusion_ops import c_literal
 from tensorweave_opencl import program
 from tensorweave_opencl.kernels.common import (
     ALL,
@@ -73,17 +74,7 @@ def _step_expr(op, dtype) -> str | None:
 
 
 def _literal(value: float, dtype) -> str:
-    ct = program.ctype(dtype.np_dtype)
-    if dtype.is_floating:
-        if np.isnan(value):
-            return f"(({ct})NAN)"
-        if np.isinf(value):
-            return f"(({ct}){'-' if value < 0 else ''}INFINITY)"
-        v = float(dtype.np_dtype.type(value))
-        return f"(({ct}){v.hex()}{'f' if ct == 'float' else ''})"
-    if dtype.is_bool:
-        return f"(({ct}){1 if value else 0})"
-    return f"(({ct}){int(value)}L)"  # |value| <= 2**53: the pass keeps larger integers as inputs
+    return c_literal(value, dtype, program.ctype(dtype.np_dtype), "L")
 
 
 def _substitute(text: str, ctype: str, operands: list[str]) -> str:
