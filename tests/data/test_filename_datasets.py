@@ -5,17 +5,7 @@ import pytest
 
 import tensorweave as tw
 from tensorweave import errors
-
-
-def _drain(ds):
-    nxt = ds.make_one_shot_iterator().get_next()
-    out = []
-    with tw.Session() as sess:
-        while True:
-            try:
-                out.append(sess.run(nxt))
-            except errors.OutOfRangeError:
-                return out
+from tensorweave.testing.datasets import elements
 
 
 def test_text_tfrecord_and_fixed_length_datasets_read_a_dataset_of_names(tmp_path):
@@ -25,11 +15,11 @@ def test_text_tfrecord_and_fixed_length_datasets_read_a_dataset_of_names(tmp_pat
             w.write(f"rec{i}")
         (tmp_path / f"f{i}.bin").write_bytes(bytes([i, i, i, i]))
     files = lambda pattern: tw.data.Dataset.list_files(str(tmp_path / pattern), shuffle=False)  # noqa: E731
-    assert _drain(tw.data.TextLineDataset(files("t*.txt"))) == [b"a0", b"b0", b"a1", b"b1", b"a2", b"b2"]
-    assert _drain(tw.data.TFRecordDataset(files("r*.tfrecord"))) == [b"rec0", b"rec1", b"rec2"]
-    assert sorted(_drain(tw.data.TFRecordDataset(files("r*.tfrecord"), num_parallel_reads=2))) == [
+    assert elements(tw.data.TextLineDataset(files("t*.txt"))) == [b"a0", b"b0", b"a1", b"b1", b"a2", b"b2"]
+    assert elements(tw.data.TFRecordDataset(files("r*.tfrecord"))) == [b"rec0", b"rec1", b"rec2"]
+    assert sorted(elements(tw.data.TFRecordDataset(files("r*.tfrecord"), num_parallel_reads=2))) == [
         b"rec0", b"rec1", b"rec2"]
-    assert _drain(tw.data.FixedLengthRecordDataset(files("f*.bin"), record_bytes=2)) == [
+    assert elements(tw.data.FixedLengthRecordDataset(files("f*.bin"), record_bytes=2)) == [
         b"\x00\x00", b"\x00\x00", b"\x01\x01", b"\x01\x01", b"\x02\x02", b"\x02\x02"]
 
 

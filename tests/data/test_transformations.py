@@ -9,27 +9,9 @@ import pytest
 
 import tensorweave as tw
 from tensorweave import data as tw_data
+from tensorweave.testing.datasets import elements as values
 
 Dataset = tw_data.Dataset
-
-
-def values(dataset, sess=None, feed=None, limit=1000):
-    it = dataset.make_initializable_iterator()
-    nxt = it.get_next()
-    own = sess is None
-    sess = sess or tw.Session()
-    try:
-        sess.run(it.initializer, feed)
-        out = []
-        for _ in range(limit):
-            try:
-                out.append(sess.run(nxt))
-            except tw.errors.OutOfRangeError:
-                return out
-        raise AssertionError(f"more than {limit} elements")
-    finally:
-        if own:
-            sess.close()
 
 
 def ints(dataset, **kw):
