@@ -29,6 +29,8 @@ from tensorweave.framework.graph import (
     register_tensor_conversion_function, reset_default_graph,
 )
 from tensorweave.framework.importer import import_graph_def
+from tensorweave.framework.sparse_tensor import SparseTensor, SparseTensorValue
+from tensorweave.framework.indexed_slices import IndexedSlices, IndexedSlicesValue, convert_to_tensor_or_indexed_slices
 from tensorweave.framework.tensor_shape import TensorShape
 from tensorweave import distributed, layers, python_io, summary, train  # distributed: the sessions for cluster targets
 from tensorweave import data  # tf.data (docs/data.md)
@@ -37,6 +39,8 @@ from tensorweave import estimator, feature_column, metrics  # tf.estimator, tf.f
 from tensorweave.ops import nn
 from tensorweave.ops.init_ops import *  # noqa: F401,F403
 from tensorweave.ops.variable_scope import *  # noqa: F401,F403
+from tensorweave.ops.partitioned_variables import *  # noqa: F401,F403
+from tensorweave.ops.embedding_ops import sparse_segment_mean, sparse_segment_sqrt_n, sparse_segment_sum
 from tensorweave.ops.array_ops import *  # noqa: F401,F403  (each family lists its API in __all__)
 from tensorweave.ops.control_flow_ops import group, no_op
 from tensorweave.ops.control_flow_ops import case, cond, while_loop
@@ -46,12 +50,19 @@ from tensorweave.ops.accumulator_ops import ConditionalAccumulator
 from tensorweave.ops.mutex_ops import CriticalSection
 from tensorweave.ops.data_flow_ops import FIFOQueue, QueueBase, RandomShuffleQueue, count_up_to
 from tensorweave.ops.io_ops import *  # noqa: F401,F403
+from tensorweave.ops.indexing_ops import *  # noqa: F401,F403  (gather_nd, dynamic_partition, pad, ...)
+from tensorweave.ops.clip_ops import *  # noqa: F401,F403
 from tensorweave.ops.math_ops import *  # noqa: F401,F403
 from tensorweave.ops.math_ops import argmax, argmin, cast, matmul  # named: the TF1 aliases below use them
 from tensorweave.ops.array_ops import concat
 from tensorweave.ops.nn_ops import *  # noqa: F401,F403
 from tensorweave.ops.random_ops import *  # noqa: F401,F403
+from tensorweave.ops.sparse_ops import *  # noqa: F401,F403
 from tensorweave.ops.state_ops import assign, assign_add, assign_sub, is_variable_initialized
+from tensorweave.ops.state_ops import (
+    scatter_add, scatter_div, scatter_max, scatter_min, scatter_mul, scatter_nd_add, scatter_nd_update, scatter_sub,
+    scatter_update,
+)
 from tensorweave.ops.variables import (
     Variable, all_variables, global_variables, global_variables_initializer, initialize_all_variables,
     local_variables, local_variables_initializer, trainable_variables, variables_initializer,

@@ -35,6 +35,7 @@ from tensorweave import plugins
 from tensorweave.client.session import Session
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import Tensor, get_default_session, reset_default_graph
+from tensorweave.framework.indexed_slices import IndexedSlicesValue
 from tensorweave.ops import array_ops
 from tensorweave.ops import gradients as gradients_mod
 from tensorweave.ops.variables import Variable
@@ -340,6 +341,16 @@ class TestCase(unittest.TestCase):
 
 # ---------------------------------------------------------------------------------------
 # gradient checks, TF1's signature: tensors x and y in the default graph and session
+def _dense(value, shape) -> np.ndarray:
+    """A fetched gradient as a dense array: an ``IndexedSlicesValue`` (a gather's gradient)
+    is scattered, repeated indices adding up."""
+    if isinstance(value, IndexedSlicesValue):
+        out = np.zeros(shape, dtype=np.float64)
+        np.add.at(out, np.asarray(value.indices), np.asarray(value.values, dtype=np.float64))
+        return out
+    return np.asarray(value)
+
+
 def _jacobians(x_list, x_shapes, y, y_shape, x_inits, delta, extra_feed_dict):
     sess = get_default_session()
     if sess is None:
@@ -360,7 +371,7 @@ def _jacobians(x_list, x_shapes, y, y_shape, x_inits, delta, extra_feed_dict):
             for j in range(y_size):
                 one_hot = np.zeros(y_size, dtype=y.dtype.np_dtype)
                 one_hot[j] = 1
-                theoretical[:, j] = np.asarray(sess.run(g, {**feed, dy: one_hot.reshape(y_shape)})).reshape(-1)
+                theoretical[:, j] = _dense(sess.run(g, {**feed, dy: one_hot.reshape(y_shape)}), x_shape).reshape(-1)
         numerical = np.zeros((x_size, y_size))
         flat = np.array(x0, dtype=x.dtype.np_dtype).reshape(-1)
         for i in range(x_size):

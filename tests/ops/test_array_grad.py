@@ -234,14 +234,20 @@ def test_gather_v1_gradient_and_unknown_batch(sess):
     check_gradients(lambda t: apply_op("Gather", [t, tw.constant([3, 1, 3])]), [x])
     p = tw.placeholder(tw.float64, [None, 2])
     (g,) = tw.gradients(tw.gather(p, [0, 2, 0]) * tw.constant([1.0, 10.0], tw.float64), [p])
+    assert isinstance(g, tw.IndexedSlices)  # densified below: the rows of a repeated index add up
+    assert g.shape.as_list() == [None, 2]
+    with pytest.warns(UserWarning, match="unknown shape"):
+        g = tw.convert_to_tensor(g)
     assert g.shape.as_list() == [None, 2]
     np.testing.assert_array_equal(sess.run(g, {p: rand(3, 2)}), [[2, 20], [0, 0], [1, 10]])
     np.testing.assert_array_equal(sess.run(g, {p: rand(5, 2)}), [[2, 20], [0, 0], [1, 10], [0, 0], [0, 0]])
 
 
-def test_gather_gradient_is_a_segment_sum():
+def test_gather_gradient_is_indexed_slices_densified_by_a_segment_sum():
     p = tw.placeholder(tw.float64, [5, 3])
-    tw.gradients(tw.gather(p, [1, 2]), [p])
+    (g,) = tw.gradients(tw.gather(p, [1, 2]), [p])
+    assert isinstance(g, tw.IndexedSlices) and "UnsortedSegmentSum" not in op_types()
+    tw.convert_to_tensor(g)
     assert "UnsortedSegmentSum" in op_types()
 
 

@@ -65,7 +65,9 @@ def test_fake_accelerator_matches_cpu_and_lacks_the_stateful_ops(tmp_path):
     # the fake device holds variables (the core's variable kernels run on every device type);
     # other stateful ops stay on CPU
     assert STATEFUL <= cpu_stateful_ops()
-    variables = {"Variable", "Assign", "AssignAdd", "AssignSub", "IsVariableInitialized"}
+    variables = {"Variable", "Assign", "AssignAdd", "AssignSub", "IsVariableInitialized", "ScatterUpdate",
+                 "ScatterAdd", "ScatterSub", "ScatterMul", "ScatterDiv", "ScatterMin", "ScatterMax",
+                 "ScatterNdUpdate", "ScatterNdAdd"}
     assert set(r["missing"]) == (cpu_stateful_ops() - variables) | {"Placeholder"}
     assert f"missing on FAKE compared with CPU ({len(r['missing'])}):" in out
 
@@ -115,8 +117,8 @@ def test_a_broken_kernel_is_reported_as_a_failure_naming_the_op(tmp_path):
     assert "failed: Neg" in out
     # 7 wrapped ops + TimesThree + the core's kernels for every device type: Identity, Reshape,
     # StopGradient, ExpandDims, Squeeze, Shape, Size, Rank, BroadcastGradientArgs and Variable,
-    # Assign, AssignAdd, AssignSub, IsVariableInitialized
-    assert f"{r['ops_checked']} ops checked, 1 failed" in out and r["ops_checked"] == 22
+    # Assign, AssignAdd, AssignSub, IsVariableInitialized and the 9 Scatter ops
+    assert f"{r['ops_checked']} ops checked, 1 failed" in out and r["ops_checked"] == 31
     assert "FAILED tensorweave-conformance[FAKE]::Neg[float32]" in out
     assert "Neg (float32, values) on FAKE differs from the CPU reference:" in out
     assert "Neg[grad-float32]" in r["failed_checks"]            # Neg's gradient is a Neg on FAKE

@@ -177,8 +177,8 @@ def test_bad_get_variable_calls():
         tw.get_variable("d", [2], dtype=tw.complex64)
     with pytest.raises(errors.InvalidArgumentError, match="non-empty string"):
         tw.get_variable("", [2])
-    with pytest.raises(errors.UnimplementedError, match="partitioner"):
-        tw.get_variable("e", [2], partitioner=lambda *a: None)
+    with pytest.raises(errors.InvalidArgumentError, match="Partitioner must return a sequence"):
+        tw.get_variable("e", [2], partitioner=lambda **kw: None)
     assert tw.global_variables() == []
 
 

@@ -6,6 +6,7 @@ from tensorweave.ops import (
     accumulator_ops,
     array_grad,
     array_ops,
+    candidate_sampling_ops,
     checkpoint_ops,
     compression_ops,
     constant_op,
@@ -14,7 +15,11 @@ from tensorweave.ops import (
     control_flow_primitives,
     data_flow_ops,
     dataset_ops,
+    embedding_grad,
+    embedding_ops,
     fusion_ops,
+    indexing_grad,
+    indexing_ops,
     io_ops,
     math_grad,
     math_ops,
@@ -22,6 +27,8 @@ from tensorweave.ops import (
     nn_grad,
     nn_ops,
     random_ops,
+    sparse_grad,
+    sparse_ops,
     state_ops,
     summary_ops,
     training_ops,
@@ -32,9 +39,10 @@ from tensorweave.plugins import hookimpl
 # (ops/transfer_ops.py) are deliberately not among them: see that module's docstring.
 FAMILIES = (constant_op, array_ops, math_ops, random_ops, state_ops, control_flow_primitives, control_flow_ops,
             nn_ops, training_ops, data_flow_ops, dataset_ops, checkpoint_ops, io_ops, accumulator_ops,
-            compression_ops, mutex_ops, summary_ops, fusion_ops)
+            compression_ops, mutex_ops, summary_ops, fusion_ops, sparse_ops, candidate_sampling_ops,
+            indexing_ops, embedding_ops)
 # Gradient modules: ``register_ops`` (helper ops gradients need) and ``register_gradients``.
-GRADIENTS = (math_grad, array_grad, nn_grad, control_flow_grad)
+GRADIENTS = (math_grad, array_grad, nn_grad, control_flow_grad, sparse_grad, indexing_grad, embedding_grad)
 
 
 @hookimpl

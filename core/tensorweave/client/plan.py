@@ -67,6 +67,11 @@ class FetchMapper:
             cls = type(f)
             subs = [(k, self._compile(graph, v)) for k, v in f.items()]
             return lambda vals: cls((k, b(vals)) for k, b in subs)
+        parts = getattr(type(f), "_fetch_parts", None)
+        if parts is not None:  # a composite (SparseTensor): its component tensors, rebuilt into one value
+            tensors, rebuild = parts(f)
+            subs = [self._compile(graph, t) for t in tensors]
+            return lambda vals: rebuild([b(vals) for b in subs])
         try:
             el = graph.as_graph_element(f)
         except errors.NotFoundError:
@@ -94,6 +99,24 @@ class FetchMapper:
 
     def build(self, values):
         return self._builder(values)
+
+
+def expand_composite_feeds(feed_dict):
+    """``feed_dict`` with each composite key (a SparseTensor: ``_feed_parts``) replaced by its
+    component tensors and their values; the dict itself when it has none (the usual case)."""
+    for k in feed_dict:
+        if getattr(type(k), "_feed_parts", None) is not None:
+            break
+    else:
+        return feed_dict
+    out = {}
+    for k, v in feed_dict.items():
+        parts = getattr(type(k), "_feed_parts", None)
+        if parts is None:
+            out[k] = v
+        else:
+            out.update(parts(k, v))
+    return out
 
 
 # ----------------------------------------------------------------------------------------

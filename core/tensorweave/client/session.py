@@ -26,7 +26,7 @@ from concurrent.futures import ThreadPoolExecutor
 from tensorweave import plugins
 from tensorweave.client import timeline
 from tensorweave.client.partial_run import PartialRun
-from tensorweave.client.plan import Plan, structure_key, user_error
+from tensorweave.client.plan import Plan, expand_composite_feeds, structure_key, user_error
 from tensorweave.framework import errors
 from tensorweave.framework import graph as graph_mod
 from tensorweave.passes.cost_model import CostModel
@@ -136,6 +136,8 @@ class Session:
             raise errors.FailedPreconditionError("attempted to use a closed Session")
         if self._trace_dir is not None:
             options, run_metadata = forced_trace(options, run_metadata)
+        if feed_dict:
+            feed_dict = expand_composite_feeds(feed_dict)
         plan = self._plan_for(fetches, feed_dict or ())
         # in the plan's order of the feeds, whatever the order of this feed_dict
         feed_vals = [conv(feed_dict[k]) for conv, k in zip(plan.converters, plan.feed_keys)] if plan.feed_keys else ()

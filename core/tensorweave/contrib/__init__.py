@@ -1,6 +1,6 @@
 """``tw.contrib``: the parts of ``tf.contrib`` that TF1 programs commonly import and that
-tensorweave implements: ``layers``, ``framework``, ``learn.datasets`` (and ``rnn``, a
-placeholder until recurrent cells exist).
+tensorweave implements: ``layers``, ``framework``, ``learn.datasets``, ``training``'s ps
+strategies, ``opt.LazyAdamOptimizer`` (and ``rnn``, a placeholder until recurrent cells exist).
 
 Anything else fails clearly: ``tw.contrib.slim`` raises an ``AttributeError`` and
 ``import tensorweave.contrib.slim`` a ``ModuleNotFoundError``, both saying that
@@ -12,9 +12,9 @@ from __future__ import annotations
 import importlib.abc
 import sys
 
-from tensorweave.contrib import framework, layers, learn, rnn
+from tensorweave.contrib import framework, layers, learn, opt, rnn, training
 
-__all__ = ["framework", "layers", "learn", "rnn"]
+__all__ = ["framework", "layers", "learn", "opt", "rnn", "training"]
 
 
 def _not_provided(name):

@@ -28,7 +28,8 @@ from tensorweave import layers as core_layers
 from tensorweave.contrib.framework import add_arg_scope
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import GraphKeys, Tensor, apply_op, convert_to_tensor, get_default_graph
-from tensorweave.ops import array_ops, init_ops, math_ops, nn_ops, random_ops, summary_ops
+from tensorweave.framework.indexed_slices import IndexedSlices
+from tensorweave.ops import array_ops, clip_ops, init_ops, math_ops, nn_ops, random_ops, summary_ops
 from tensorweave.ops import variable_scope as vs
 from tensorweave.ops.variables import Variable, trainable_variables
 from tensorweave.train.adagrad import AdagradOptimizer
@@ -456,20 +457,26 @@ OPTIMIZER_SUMMARIES = ["learning_rate", "loss", "gradients", "gradient_norm", "g
 
 
 def _global_norm(tensors):
-    squares = [math_ops.multiply(2.0, nn_ops.l2_loss(t)) for t in tensors if t is not None]
-    if not squares:
+    if all(t is None for t in tensors):
         return array_ops.constant(0.0)
-    return math_ops.sqrt(math_ops.add_n(squares) if len(squares) > 1 else squares[0], name="global_norm")
+    return clip_ops.global_norm(tensors)
 
 
 def _clip_by_global_norm(grads_and_vars, clip_norm):
-    """Scale every gradient by ``clip_norm / max(global_norm, clip_norm)``."""
+    """Scale every gradient by ``clip_norm / max(global_norm, clip_norm)`` (tw.clip_by_global_norm:
+    IndexedSlices stay sparse)."""
     grads = [g for g, _ in grads_and_vars]
-    with get_default_graph().name_scope("clip_by_global_norm"):
-        norm = _global_norm(grads)
-        scale = math_ops.truediv(clip_norm, math_ops.maximum(norm, clip_norm))
-        return [(None if g is None else math_ops.multiply(g, math_ops.cast(scale, g.dtype)), v)
-                for g, v in grads_and_vars]
+    if all(g is None for g in grads):
+        return list(grads_and_vars)
+    clipped, _ = clip_ops.clip_by_global_norm(grads, clip_norm)
+    return [(g, v) for g, (_, v) in zip(clipped, grads_and_vars)]
+
+
+def _scaled(gr, m):
+    """``gr * m``; an IndexedSlices stays one (its values scaled)."""
+    if isinstance(gr, IndexedSlices):
+        return IndexedSlices(math_ops.multiply(gr.values, math_ops.cast(m, gr.dtype)), gr.indices, gr.dense_shape)
+    return math_ops.multiply(gr, math_ops.cast(m, gr.dtype))
 
 
 def _make_optimizer(optimizer, lr):
@@ -561,8 +568,7 @@ def optimize_loss(loss, global_step, learning_rate, optimizer, gradient_noise_sc
             multiplied = []
             for gr, v in gradients:
                 m = gradient_multipliers.get(v, gradient_multipliers.get(v.op.name))
-                multiplied.append((gr if gr is None or m is None else math_ops.multiply(gr, math_ops.cast(m, gr.dtype)),
-                                   v))
+                multiplied.append((gr if gr is None or m is None else _scaled(gr, m), v))
             gradients = multiplied
         if not gradients:
             raise _E("optimize_loss: empty list of (gradient, variable) pairs")
@@ -580,7 +586,7 @@ def optimize_loss(loss, global_step, learning_rate, optimizer, gradient_noise_sc
             if gr is None:
                 continue
             if "gradients" in summaries:
-                summary_ops.histogram("gradients/" + v.op.name, gr)
+                summary_ops.histogram("gradients/" + v.op.name, gr.values if isinstance(gr, IndexedSlices) else gr)
             if "gradient_norm" in summaries:
                 summary_ops.scalar("gradient_norm/" + v.op.name, _global_norm([gr]))
         grad_updates = opt.apply_gradients(gradients, global_step=global_step if increment_global_step else None,

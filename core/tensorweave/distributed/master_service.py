@@ -31,7 +31,7 @@ import numpy as np
 
 from tensorweave import plugins
 from tensorweave.client import timeline
-from tensorweave.client.plan import FetchMapper, convert_feed_value
+from tensorweave.client.plan import FetchMapper, convert_feed_value, expand_composite_feeds
 from tensorweave.client.session import Session, forced_trace, register_session_factory
 from tensorweave.distributed import wire
 from tensorweave.distributed.master import ClockOffsets, DistributedSession
@@ -288,7 +288,7 @@ class RemoteMasterSession(Session):
         mapper = FetchMapper(self._graph, fetches)
         self._sync_graph()
         feeds, values = [], []
-        for k, v in (feed_dict or {}).items():
+        for k, v in expand_composite_feeds(feed_dict or {}).items():
             t = self._graph.as_graph_element(k, allow_operation=False)
             feeds.append(t.name)
             values.append(np.asarray(convert_feed_value(v, t)))

@@ -683,7 +683,7 @@ def apply_op(op_type: str, inputs=(), attrs: dict | None = None, name: str | Non
     op_def = plugins.registry().ops.get(op_type)
     attrs = dict(attrs) if attrs else {}
     if _flat:
-        inputs = _regroup_flat(op_def, list(inputs))
+        inputs = _regroup_flat(op_def, list(inputs), attrs)
     g = _graph_of(inputs, graph)
     node_name = _exact_name or g.unique_name(name or op_type)
     where = f"{op_type} node '{node_name}'"
@@ -833,15 +833,22 @@ def _known_dtype(v) -> dtypes.DType | None:
     return None
 
 
-def _regroup_flat(op_def: OpDef, flat: list) -> list:
+def _regroup_flat(op_def: OpDef, flat: list, attrs: dict | None = None) -> list:
     """Group a flat input list (GraphDef order) into one entry per input argument."""
     out, i = [], 0
     n_list_args = sum(1 for a in op_def.inputs if a.is_list)
     n_fixed = len(op_def.inputs) - n_list_args
+    attrs = attrs or {}
     for arg in op_def.inputs:
         if arg.is_list:
             n = len(flat) - i - (n_fixed - sum(1 for a in out if not isinstance(a, list)))
             take = max(n, 0) if n_list_args == 1 else None
+            # Several list inputs (DynamicStitch's indices and data): their lengths are in
+            # the attrs a GraphDef carries.
+            if take is None and attrs.get(arg.number_attr) is not None:
+                take = int(attrs[arg.number_attr])
+            elif take is None and attrs.get(arg.type_list_attr) is not None:
+                take = len(attrs[arg.type_list_attr])
             if take is None:
                 raise errors.UnimplementedError(f"{op_def.name}: cannot regroup several list inputs")
             out.append(flat[i:i + take])

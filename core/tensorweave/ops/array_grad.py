@@ -1,8 +1,12 @@
 """Gradient functions of the array ops (TensorFlow's ``array_grad.py``).
 
-Gradients are dense tensors: the gradient of a gather is an ``UnsortedSegmentSum`` (TF
-would return IndexedSlices), of a slice a ``StridedSliceGrad``. Shapes, axes and sizes known
-at graph construction are used as constants; otherwise they are computed in the graph.
+Gradients are dense tensors, except the gradient of a gather along axis 0 (Gather, GatherV2)
+with respect to its params: an ``IndexedSlices`` of the incoming gradient's rows at the
+gathered indices, as in TensorFlow, so a step that reads a few rows of a large table has a
+gradient the size of those rows (``ops/gradients.py`` keeps it sparse). A gather along another
+axis gets a dense ``UnsortedSegmentSum``, the gradient of a slice a ``StridedSliceGrad``.
+Shapes, axes and sizes known at graph construction are used as constants; otherwise they are
+computed in the graph.
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import numpy as np
 
 from tensorweave.framework import dtypes
 from tensorweave.framework.graph import Tensor, apply_op, constant_value, constant_value_as_shape
+from tensorweave.framework.indexed_slices import IndexedSlices
 from tensorweave.ops import array_ops, math_ops
 from tensorweave.ops.math_grad import unbroadcast
 
@@ -59,6 +64,10 @@ def _dim_size(x: Tensor, axis):
 # ---------------------------------------------------------------------------------------
 def _identity_grad(op, grad):
     return [grad]
+
+
+# An IndexedSlices gradient passes through unchanged (ops/gradients.py reads this mark).
+_identity_grad.accepts_indexed_slices = True
 
 
 def _reshape_grad(op, grad):
@@ -196,13 +205,34 @@ def _gather_dense_grad(params, indices, grad, axis_t):
     return out
 
 
+def _gather_sparse_grad(params, indices, grad):
+    """The gradient of ``gather(params, indices)`` (axis 0) w.r.t. params, as IndexedSlices:
+    one row of ``grad`` per gathered index (indices of any rank are flattened, and ``grad``
+    reshaped to match), ``dense_shape`` the params' shape."""
+    dense_shape = _shape_of(params, dtypes.int64)
+    flat_indices = indices if indices.shape.ndims == 1 else array_ops.reshape(indices, [-1])
+    row_shape = params.shape[1:] if params.shape.ndims is not None else None
+    if (indices.shape.ndims == 1 and grad.shape.ndims is not None and row_shape is not None
+            and grad.shape.ndims == row_shape.ndims + 1):
+        values = grad  # already one row per index
+    elif row_shape is not None and row_shape.is_fully_defined():
+        values = array_ops.reshape(grad, [-1] + row_shape.as_list())
+    else:
+        rows = array_ops.strided_slice(array_ops.shape(params), [1], [2 ** 31 - 1], [1])
+        values = array_ops.reshape(grad, array_ops.concat([[-1], rows], 0))
+    return IndexedSlices(values, flat_indices, dense_shape)
+
+
 def _gather_grad(op, grad):
     params, indices = op.inputs
-    return [_gather_dense_grad(params, indices, grad, None), None]
+    return [_gather_sparse_grad(params, indices, grad), None]
 
 
 def _gather_v2_grad(op, grad):
     params, indices, axis = op.inputs
+    a = _static_axis(axis, params.shape.ndims) if params.shape.ndims is not None else None
+    if a == 0 or (a is None and constant_value(axis) is not None and int(np.asarray(constant_value(axis))) == 0):
+        return [_gather_sparse_grad(params, indices, grad), None, None]
     return [_gather_dense_grad(params, indices, grad, axis), None, None]
 
 

@@ -650,9 +650,9 @@ def register_ops(reg):
     reg.op("Select", inputs=["condition: bool", "t: T", "e: T"], outputs=["output: T"], attrs=["T: type"],
            shape_fn=_select_shape,
            doc="Elements of t where condition is true, else of e; a vector condition picks rows (TF1's select).")
-    reg.op("Where", inputs=["input: T"], outputs=["index: int64"], attrs=["T: {bool} = bool"],
+    reg.op("Where", inputs=["input: T"], outputs=["index: int64"], attrs=[f"T: {_NOT_STRING} = bool"],
            shape_fn=lambda op: [TensorShape([None, op.inputs[0].shape.ndims])],
-           doc="The coordinates of the true elements, one row each, in row-major order.")
+           doc="The coordinates of the true (non-zero) elements, one row each, in row-major order.")
     reg.op("OnesLike", inputs=["x: T"], outputs=["y: T"], attrs=[f"T: {_NOT_STRING}"], shape_fn=shape_fns.unchanged)
     reg.op("Gather", inputs=["params: Tparams", "indices: Tindices"], outputs=["output: Tparams"],
            attrs=["validate_indices: bool = true", "Tparams: type", f"Tindices: {_INDEX}"], shape_fn=_gather_shape)
@@ -1003,8 +1003,8 @@ def one_hot(indices, depth, on_value=None, off_value=None, axis=None, dtype=None
         else:
             dtype = dtypes.float32
     dtype = dtypes.as_dtype(dtype)
-    on = convert_to_tensor(1 if on_value is None else on_value, dtype=dtype)
-    off = convert_to_tensor(0 if off_value is None else off_value, dtype=dtype)
+    on = convert_to_tensor(_scalar_of(dtype, True) if on_value is None else on_value, dtype=dtype)
+    off = convert_to_tensor(_scalar_of(dtype, False) if off_value is None else off_value, dtype=dtype)
     return apply_op("OneHot", [indices, depth, on, off], {"axis": -1 if axis is None else axis}, name=name)
 
 
@@ -1119,11 +1119,12 @@ Tensor.__getitem__ = _slice_helper  # NumPy-style indexing of tensors (tensor[1:
 def where(condition, x=None, y=None, name=None):
     """TF1's ``tf.where``: with ``x`` and ``y``, the elements of ``x`` where ``condition`` is
     true and of ``y`` elsewhere (``condition`` of their shape, or a vector picking rows);
-    alone, the coordinates of the true elements of ``condition`` (int64, one row each)."""
+    alone, the coordinates of the true (for numbers: non-zero) elements of ``condition``
+    (int64, shape [N, rank], one row each in row-major order)."""
     if (x is None) != (y is None):
         raise errors.InvalidArgumentError("tw.where: give both x and y, or neither")
     if x is None:
-        return apply_op("Where", [condition], name=name)
+        return apply_op("Where", [convert_to_tensor(condition)], name=name)  # numbers: non-zero is true
     return apply_op("Select", [condition, x, y], name=name)
 
 

@@ -6,6 +6,17 @@ resulting nodes to the graph (named ``gradients/<op>_grad/...``). Partial gradie
 tensor consumed several times are summed (``AddN``); outputs of a multi-output op that
 received no gradient get zeros; ``xs`` not connected to ``ys`` get ``None``.
 
+Sparse gradients: a gradient function may return an ``IndexedSlices`` (Gather's does, for
+its params). Several IndexedSlices for one tensor are aggregated by concatenating their
+values and indices (repeated rows add up when the slices are applied or densified), so the
+gradient of an embedding table read in several places stays as big as the rows read. They
+become dense only where a dense consumer needs them: a partial sum that also has dense
+parts is dense, and a gradient function that has not declared ``accepts_indexed_slices``
+(Identity's has) receives dense gradients. ``tw.gradients`` returns an IndexedSlices for an
+x read through gathers only. This module also registers the conversion of an IndexedSlices
+to a dense tensor (``tw.convert_to_tensor``: an ``UnsortedSegmentSum``, with TensorFlow's
+warnings for unknown or huge dense shapes).
+
 Gradient functions are registered with the op definitions, by any plugin
 (``registry.gradient("MyOp")(fn)`` in ``tensorweave_register_ops``), or at run time with
 ``@tw.RegisterGradient("MyOp")``.
@@ -16,9 +27,18 @@ from __future__ import annotations
 import collections
 import contextlib
 
+import numpy as np
+
 from tensorweave import plugins
 from tensorweave.framework import dtypes, errors
-from tensorweave.framework.graph import Operation, Tensor, convert_to_tensor
+from tensorweave.framework.graph import (
+    Operation,
+    Tensor,
+    constant_value,
+    convert_to_tensor,
+    register_tensor_conversion_function,
+)
+from tensorweave.framework.indexed_slices import IndexedSlices, densify_warning
 from tensorweave.framework.op_def import NO_GRADIENT
 from tensorweave.ops import array_ops, control_flow_grad, math_ops
 from tensorweave.ops.control_flow_grad import _is_loop_exit, _is_loop_switch, _trainable
@@ -219,6 +239,9 @@ def _grads_of_inputs(op, fn, out_grads, grads, loop_state, array_ops) -> None:
                  (loop_state.zeros_like(op, i) if loop_state else array_ops.zeros_like(t))
                  for i, (g, t) in enumerate(zip(out_grads, op._outputs))]
     with op.graph.name_scope(op.name + "_grad"):
+        if not getattr(fn, "accepts_indexed_slices", False):
+            # A dense consumer: densified here, in the gradient's own (loop) context.
+            out_grads = [to_dense(g) if isinstance(g, IndexedSlices) else g for g in out_grads]
         in_grads = fn(op, *out_grads)
     if isinstance(in_grads, Tensor) or in_grads is None:
         in_grads = [in_grads]
@@ -229,7 +252,8 @@ def _grads_of_inputs(op, fn, out_grads, grads, loop_state, array_ops) -> None:
     for t, g in zip(op._inputs, in_grads):
         if g is None or not _is_differentiable(t):
             continue
-        g = convert_to_tensor(g)
+        if not isinstance(g, IndexedSlices):
+            g = convert_to_tensor(g)
         if g.dtype is not t.dtype:
             raise errors.InternalError(
                 f"gradient function for {op.type} returned a {g.dtype.name} gradient for input '{t.name}' "
@@ -237,10 +261,61 @@ def _grads_of_inputs(op, fn, out_grads, grads, loop_state, array_ops) -> None:
         grads.setdefault(t, []).append(g)
 
 
-def _aggregate(parts: list, math_ops) -> Tensor:
+def _aggregate(parts: list, math_ops):
+    """The sum of the partial gradients ``parts``: an ``AddN`` of dense ones, the
+    concatenation of IndexedSlices (still sparse), or, when both kinds meet, a dense sum."""
     if len(parts) == 1:
         return parts[0]
-    return math_ops.add_n(parts)
+    sparse = [p for p in parts if isinstance(p, IndexedSlices)]
+    if not sparse:
+        return math_ops.add_n(parts)
+    if len(sparse) == len(parts):
+        return _concat_slices(sparse)
+    return math_ops.add_n([to_dense(p) if isinstance(p, IndexedSlices) else p for p in parts])
+
+
+def _concat_slices(parts: list) -> IndexedSlices:
+    """Several IndexedSlices of one tensor as one: their rows one after the other."""
+    idx_dtype = dtypes.int64 if any(p.indices.dtype is dtypes.int64 for p in parts) else dtypes.int32
+    indices = [p.indices if p.indices.dtype is idx_dtype else math_ops.cast(p.indices, idx_dtype) for p in parts]
+    dense_shape = next((p.dense_shape for p in parts if p.dense_shape is not None
+                        and constant_value(p.dense_shape) is not None), None)
+    if dense_shape is None:
+        dense_shape = next((p.dense_shape for p in parts if p.dense_shape is not None), None)
+    return IndexedSlices(array_ops.concat([p.values for p in parts], 0), array_ops.concat(indices, 0),
+                         dense_shape)
+
+
+def to_dense(value: IndexedSlices, name=None) -> Tensor:
+    """The dense tensor an IndexedSlices stands for (rows of repeated indices summed): an
+    ``UnsortedSegmentSum`` over its first dimension. Warns as TensorFlow does when the
+    dense shape is unknown at construction or has at least 100M elements; an IndexedSlices
+    without ``dense_shape`` cannot be densified (InvalidArgumentError)."""
+    if value.dense_shape is None:
+        raise errors.InvalidArgumentError(
+            f"cannot convert {value} to a dense tensor: it has no dense_shape")
+    densify_warning(value)
+    known = constant_value(value.dense_shape)
+    with value.graph.as_default():
+        if known is not None:
+            rows = int(np.asarray(known).reshape(-1)[0])
+        else:
+            rows = array_ops.gather(value.dense_shape, 0)
+        dense = math_ops.unsorted_segment_sum(value.values, value.indices, rows, name=name)
+    shape = value.shape
+    if shape.ndims is not None:
+        dense.set_shape(shape)
+    return dense
+
+
+def _indexed_slices_to_tensor(value, dtype=None, name=None):
+    if dtype is not None and dtypes.as_dtype(dtype) is not value.dtype:
+        raise errors.InvalidArgumentError(
+            f"cannot convert {value} of dtype {value.dtype.name} to a tensor of dtype {dtypes.as_dtype(dtype).name}")
+    return to_dense(value, name=name)
+
+
+register_tensor_conversion_function(IndexedSlices, _indexed_slices_to_tensor)
 
 
 class RegisterGradient:

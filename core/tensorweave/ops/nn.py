@@ -1,6 +1,17 @@
 """The ``tw.nn`` namespace (TF1 ``tf.nn``)."""
 
+from tensorweave.ops.candidate_sampling_ops import (  # noqa: F401
+    all_candidate_sampler,
+    compute_accidental_hits,
+    fixed_unigram_candidate_sampler,
+    learned_unigram_candidate_sampler,
+    log_uniform_candidate_sampler,
+    uniform_candidate_sampler,
+)
+from tensorweave.ops.embedding_ops import embedding_lookup, embedding_lookup_sparse  # noqa: F401
+from tensorweave.ops.indexing_ops import top_k  # noqa: F401
 from tensorweave.ops.math_ops import sigmoid, tanh  # noqa: F401
+from tensorweave.ops.nn_impl import nce_loss, sampled_softmax_loss  # noqa: F401
 from tensorweave.ops.nn_ops import (  # noqa: F401
     avg_pool,
     bias_add,

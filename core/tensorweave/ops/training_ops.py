@@ -6,6 +6,14 @@ as scalars and the gradient, applies TensorFlow's update formula in one step and
 variable's new value. Hyperparameters must have the variable's dtype: the optimizers cast
 them (``tw.train``). Shapes are checked when the node is built: the gradient and every slot
 must match the variable, and every hyperparameter must be a scalar.
+
+The sparse forms (SparseApplyMomentum, SparseApplyAdagrad, SparseApplyRMSProp,
+SparseApplyFtrl; TensorFlow's) take the gradient as the rows ``grad`` (``[n] + var.shape[1:]``)
+of the variable at ``indices`` (``[n]``, int32/int64) and apply the same formula to those
+rows of the variable and its slots only, in place (``kernels/state.py``); the other rows are
+not read or written. Rows are applied in order, so a repeated index is updated twice (the
+optimizers sum repeated indices first, as TensorFlow's do). There is no
+SparseApplyGradientDescent, as in TensorFlow: plain SGD's sparse step is a ScatterSub.
 """
 
 from __future__ import annotations
@@ -62,7 +70,70 @@ def _make_shape_fn(op_type):
     return shape_fn
 
 
+# The sparse forms: op -> (ref inputs, scalar inputs, extra attrs, input order).
+SPARSE_UPDATES = {
+    "SparseApplyMomentum": (["var", "accum"], ["lr", "momentum"], ["use_nesterov: bool = false"],
+                            ["var", "accum", "lr", "grad", "indices", "momentum"]),
+    "SparseApplyAdagrad": (["var", "accum"], ["lr"], ["update_slots: bool = true"],
+                           ["var", "accum", "lr", "grad", "indices"]),
+    "SparseApplyRMSProp": (["var", "ms", "mom"], ["lr", "rho", "momentum", "epsilon"], [],
+                           ["var", "ms", "mom", "lr", "rho", "momentum", "epsilon", "grad", "indices"]),
+    "SparseApplyFtrl": (["var", "accum", "linear"], ["lr", "l1", "l2", "lr_power"], [],
+                        ["var", "accum", "linear", "grad", "indices", "lr", "l1", "l2", "lr_power"]),
+}
+
+
+def _make_sparse_shape_fn(op_type):
+    refs, scalars, _, order = SPARSE_UPDATES[op_type]
+
+    def shape_fn(op):
+        ins = dict(zip(order, op.inputs))
+        var = ins["var"]
+        shape = var.shape
+        where = f"{op_type} node '{op.name}'"
+        for name in refs[1:]:
+            t = ins[name]
+            if not shape.is_compatible_with(t.shape):
+                raise errors.InvalidArgumentError(
+                    f"{where}: {name} '{t.name}' has shape {t.shape} but the variable '{var.name}' has shape "
+                    f"{var.shape}; they must match")
+            shape = shape.merge_with(t.shape)
+        indices, grad = ins["indices"], ins["grad"]
+        if indices.shape.ndims is not None and indices.shape.ndims != 1:
+            raise errors.InvalidArgumentError(f"{where}: indices '{indices.name}' must be a vector, got shape "
+                                              f"{indices.shape}")
+        if shape.ndims == 0:
+            raise errors.InvalidArgumentError(f"{where}: the variable '{var.name}' must have rank >= 1")
+        if shape.ndims is not None and indices.shape.ndims is not None:
+            want = indices.shape.concatenate(shape[1:])
+            if not grad.shape.is_compatible_with(want):
+                raise errors.InvalidArgumentError(
+                    f"{where}: grad '{grad.name}' has shape {grad.shape}, but indices of shape {indices.shape} and "
+                    f"a variable of shape {shape} need {want} (indices.shape + var.shape[1:])")
+        for name in scalars:
+            t = ins[name]
+            if t.shape.ndims is not None and t.shape.ndims != 0:
+                raise errors.InvalidArgumentError(f"{where}: {name} must be a scalar, got '{t.name}' of shape {t.shape}")
+        return [shape]
+
+    return shape_fn
+
+
 def register_ops(reg):
+    sparse_docs = {
+        "SparseApplyMomentum": "ApplyMomentum on the rows indices of var and accum (grad holds those rows).",
+        "SparseApplyAdagrad": "ApplyAdagrad on the rows indices of var and accum (grad holds those rows).",
+        "SparseApplyRMSProp": "ApplyRMSProp on the rows indices of var, ms and mom (grad holds those rows).",
+        "SparseApplyFtrl": ("FTRL-proximal on the rows indices of var, accum and linear: accum_new = accum + g^2; "
+                            "linear += g - (accum_new^-p - accum^-p) / lr * var; quadratic = accum_new^-p / lr + 2 l2; "
+                            "var = (sign(linear) l1 - linear) / quadratic if |linear| > l1 else 0 (p = lr_power)."),
+    }
+    for op_type, (refs, _, extra, order) in SPARSE_UPDATES.items():
+        inputs = [f"{n}: Ref(T)" if n in refs else "indices: Tindices" if n == "indices" else f"{n}: T"
+                  for n in order]
+        reg.op(op_type, inputs=inputs, outputs=["out: T"],
+               attrs=[_T, "Tindices: {int32, int64}", _LOCKING] + extra,
+               shape_fn=_make_sparse_shape_fn(op_type), stateful=True, doc=sparse_docs[op_type])
     docs = {
         "ApplyGradientDescent": "var -= alpha * delta.",
         "ApplyMomentum": ("accum = accum * momentum + grad; var -= lr * accum, or with use_nesterov "
@@ -114,3 +185,26 @@ def apply_rms_prop(var, ms, mom, lr, rho, momentum, epsilon, grad, use_locking=F
     """RMSProp update; returns the new value of ``var``."""
     return apply_op("ApplyRMSProp", [var, ms, mom, lr, rho, momentum, epsilon, grad], _attrs(use_locking),
                     name=name)
+
+
+def sparse_apply_momentum(var, accum, lr, grad, indices, momentum, use_locking=False, use_nesterov=False, name=None):
+    """Momentum on the rows ``indices`` of ``var`` and ``accum``; returns the new value of ``var``."""
+    return apply_op("SparseApplyMomentum", [var, accum, lr, grad, indices, momentum],
+                    _attrs(use_locking, use_nesterov=use_nesterov), name=name)
+
+
+def sparse_apply_adagrad(var, accum, lr, grad, indices, use_locking=False, name=None):
+    """Adagrad on the rows ``indices`` of ``var`` and ``accum``; returns the new value of ``var``."""
+    return apply_op("SparseApplyAdagrad", [var, accum, lr, grad, indices], _attrs(use_locking), name=name)
+
+
+def sparse_apply_rms_prop(var, ms, mom, lr, rho, momentum, epsilon, grad, indices, use_locking=False, name=None):
+    """RMSProp on the rows ``indices`` of ``var``, ``ms`` and ``mom``; returns the new value of ``var``."""
+    return apply_op("SparseApplyRMSProp", [var, ms, mom, lr, rho, momentum, epsilon, grad, indices],
+                    _attrs(use_locking), name=name)
+
+
+def sparse_apply_ftrl(var, accum, linear, grad, indices, lr, l1, l2, lr_power, use_locking=False, name=None):
+    """FTRL-proximal on the rows ``indices`` of ``var``, ``accum`` and ``linear``; returns the new value of ``var``."""
+    return apply_op("SparseApplyFtrl", [var, accum, linear, grad, indices, lr, l1, l2, lr_power],
+                    _attrs(use_locking), name=name)

@@ -23,13 +23,23 @@ import inspect
 import threading
 import weakref
 
+import numpy as np
+
 from tensorweave.framework import dtypes, errors
-from tensorweave.framework.graph import GraphKeys, get_default_graph
+from tensorweave.framework.graph import GraphKeys, Tensor, convert_to_tensor, get_default_graph
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
-from tensorweave.ops import init_ops
+from tensorweave.ops import array_ops, init_ops
+from tensorweave.ops.partitioned_variables import (
+    PartitionedVariable,
+    _PartitionInfo,
+    call_partitioner,
+    iter_slices,
+    slice_dim_and_count,
+)
 from tensorweave.ops.variables import Variable
 
-__all__ = ["get_variable", "variable_scope", "get_variable_scope", "VariableScope", "AUTO_REUSE"]
+__all__ = ["get_variable", "variable_scope", "get_variable_scope", "VariableScope", "AUTO_REUSE",
+           "create_partitioned_variables"]
 
 
 class _ReuseMode(enum.Enum):
@@ -49,33 +59,34 @@ def _default_initializer(name, dtype):
 
 
 class _VariableStore:
-    """Full variable name -> Variable, for one graph."""
+    """Full variable name -> Variable (shards included, as ``name/part_i``), and full name ->
+    PartitionedVariable, for one graph."""
 
     def __init__(self):
         self.vars: dict[str, object] = {}
+        self.partitioned: dict[str, PartitionedVariable] = {}
         self.lock = threading.RLock()
 
     def get_variable(self, name, shape, dtype, initializer, reuse, trainable, collections, validate_shape,
-                     regularizer=None):
+                     regularizer=None, partitioner=None, partition_info=None):
         shape = as_shape(shape) if shape is not None else None
         from_value = initializer is not None and not callable(initializer)
         if from_value and shape is not None:
             raise errors.InvalidArgumentError(
                 f"get_variable {name!r}: the initializer is a value, so do not also specify a shape")
+        if partitioner is not None:
+            return self._get_partitioned_variable(name, partitioner, shape, dtype, initializer, reuse, trainable,
+                                                  collections, validate_shape, regularizer)
         with self.lock:
             found = self.vars.get(name)
+            if found is None and name in self.partitioned:
+                found = self.partitioned[name]  # reusing one without restating its partitioner
             if found is not None:
                 if reuse is None or reuse is False:
                     raise errors.InvalidArgumentError(
                         f"Variable {name} already exists, disallowed. Did you mean to set reuse=True or "
                         "reuse=tw.AUTO_REUSE in the variable scope?")
-                if shape is not None and not shape.is_compatible_with(found.shape):
-                    raise errors.InvalidArgumentError(
-                        f"Trying to share variable {name}, but specified shape {shape} and found shape {found.shape}")
-                if dtype is not None and dtypes.as_dtype(dtype) is not found.dtype:
-                    raise errors.InvalidArgumentError(
-                        f"Trying to share variable {name}, but specified dtype {dtypes.as_dtype(dtype).name} and "
-                        f"found dtype {found.dtype.name}")
+                _check_reuse(name, found, shape, dtype)
                 return found
             if reuse is True:
                 raise errors.InvalidArgumentError(
@@ -96,7 +107,7 @@ class _VariableStore:
 
                     def init_val(initializer=initializer, dims=dims, dtype=dtype):
                         with get_default_graph().name_scope("Initializer"):
-                            return initializer(dims, dtype=dtype, partition_info=None)
+                            return initializer(dims, dtype=dtype, partition_info=partition_info)
                     var_dtype = dtype
                 elif _takes_no_arguments(initializer):
                     init_val, var_dtype = initializer, None
@@ -113,6 +124,106 @@ class _VariableStore:
                 _add_regularization_loss(name, v, regularizer)
             return v
 
+    def _get_partitioned_variable(self, name, partitioner, shape, dtype, initializer, reuse, trainable,
+                                  collections, validate_shape, regularizer):
+        """TF1's ``_get_partitioned_variable``: the shards ``name/part_i`` of one logical
+        variable, each with its ``SaveSliceInfo``, as a ``PartitionedVariable``."""
+        if not callable(partitioner):
+            raise errors.InvalidArgumentError(f"get_variable {name!r}: partitioner must be callable, got {partitioner!r}")
+        with self.lock:
+            if name in self.vars:
+                raise errors.InvalidArgumentError(
+                    f"A partitioner was provided, but an unpartitioned version of the variable was found: {name}. "
+                    "Perhaps a variable of the same name was already created without partitioning?")
+            from_value = initializer is not None and not callable(initializer)
+            if initializer is not None and callable(initializer) and not inspect.isclass(initializer) \
+                    and _takes_no_arguments(initializer):
+                initializer, from_value = initializer(), True  # the whole value, sliced per shard below
+            found = self.partitioned.get(name)
+            if found is not None:
+                if reuse is None or reuse is False:
+                    raise errors.InvalidArgumentError(
+                        f"Partitioned variable with name {name} already exists. Did you mean to set reuse=True or "
+                        "reuse=tw.AUTO_REUSE in the variable scope?")
+                if from_value and shape is None:
+                    shape = _value_shape(initializer)
+                _check_reuse(name, found, shape, dtype)
+                partitions = call_partitioner(partitioner, found.get_shape(), found.dtype, name)
+                if partitions != found._get_partitions():
+                    raise errors.InvalidArgumentError(
+                        f"Trying to reuse partitioned variable {name}, but specified partitions {partitions} and "
+                        f"found partitions {found._get_partitions()}")
+                return found
+            if reuse is True:
+                raise errors.InvalidArgumentError(
+                    f"PartitionedVariable {name} does not exist, or was not created with tw.get_variable(). Did you "
+                    "mean to set reuse=None or reuse=tw.AUTO_REUSE in the variable scope?")
+
+            g = get_default_graph()
+            value = None
+            if from_value:
+                with g.name_scope(None), g.control_dependencies(None), g.name_scope(f"{name}/Initializer/"):
+                    value = convert_to_tensor(initializer, dtype=None if dtype is None else dtypes.as_dtype(dtype),
+                                              name="initial_value")
+                shape, dtype = value.shape, value.dtype
+            else:
+                dtype = dtypes.as_dtype(dtype if dtype is not None else dtypes.float32)
+                if initializer is None:
+                    initializer = _default_initializer(name, dtype)
+                if inspect.isclass(initializer):
+                    initializer = initializer()
+            if shape is None:
+                shape = TensorShape(None)
+            partitions = call_partitioner(partitioner, shape, dtype, name)
+            slice_dim, num_slices = slice_dim_and_count(partitions)
+            # Shards left by another partitioning of the same name would be mixed in silently.
+            if f"{name}/part_0" in self.vars:
+                if f"{name}/part_{num_slices - 1}" not in self.vars:
+                    raise errors.InvalidArgumentError(
+                        f"Partitioner returned a different partitioning than what was already found. Partitioner "
+                        f"returned {num_slices} shards, and shard {name}/part_0 was found, but "
+                        f"{name}/part_{num_slices - 1} was not.")
+                if f"{name}/part_{num_slices}" in self.vars:
+                    raise errors.InvalidArgumentError(
+                        f"Partitioner returned a different partitioning than what was already found. Partitioner "
+                        f"returned {num_slices} shards, and shard {name}/part_0 was found, but so was the extra "
+                        f"shard {name}/part_{num_slices}.")
+            full_shape = shape.as_list()
+            shards = []
+            for i, (offset, var_shape) in enumerate(iter_slices(full_shape, num_slices, slice_dim)):
+                part = f"{name}/part_{i}"
+                info = _PartitionInfo(full_shape=full_shape, var_offset=offset) if all(full_shape) else None
+                if value is not None:
+                    with g.name_scope(None), g.control_dependencies(None), \
+                            g.name_scope(f"{part}/PartitionedInitializer/"):
+                        init, init_shape = array_ops.slice(value, offset, var_shape), None
+                else:
+                    init, init_shape = initializer, var_shape
+                v = self.get_variable(part, init_shape, dtype, init, reuse=False, trainable=trainable,
+                                      collections=collections, validate_shape=validate_shape,
+                                      regularizer=regularizer, partition_info=info)
+                v._set_save_slice_info(Variable.SaveSliceInfo(name, full_shape, offset, var_shape))
+                shards.append(v)
+            pv = PartitionedVariable(name, shape, dtype, shards, partitions)
+            self.partitioned[name] = pv
+            return pv
+
+
+def _value_shape(value):
+    if isinstance(value, Tensor):
+        return value.shape
+    return TensorShape(list(np.shape(value)))
+
+
+def _check_reuse(name, found, shape, dtype):
+    if shape is not None and not shape.is_compatible_with(found.get_shape()):
+        raise errors.InvalidArgumentError(
+            f"Trying to share variable {name}, but specified shape {shape} and found shape {found.get_shape()}")
+    if dtype is not None and dtypes.as_dtype(dtype) is not found.dtype:
+        raise errors.InvalidArgumentError(
+            f"Trying to share variable {name}, but specified dtype {dtypes.as_dtype(dtype).name} and "
+            f"found dtype {found.dtype.name}")
+
 
 def _add_regularization_loss(name, var, regularizer):
     """TF1: a new variable's ``regularizer(var)`` (unless None) joins
@@ -125,6 +236,14 @@ def _add_regularization_loss(name, var, regularizer):
         loss = regularizer(var)
     if loss is not None:
         g.add_to_collection(GraphKeys.REGULARIZATION_LOSSES, loss)
+
+
+def _is_scalar(shape, initializer) -> bool:
+    if shape is not None:
+        return as_shape(shape).ndims == 0
+    if initializer is not None and not callable(initializer):
+        return _value_shape(initializer).ndims == 0
+    return False
 
 
 def _takes_no_arguments(fn) -> bool:
@@ -141,8 +260,10 @@ class VariableScope:
     mode, initializer and dtype. ``reuse_variables()`` switches the rest of the block to
     reuse."""
 
-    def __init__(self, reuse, name="", initializer=None, dtype=dtypes.float32, name_scope="", regularizer=None):
+    def __init__(self, reuse, name="", initializer=None, dtype=dtypes.float32, name_scope="", regularizer=None,
+                 partitioner=None):
         self._name = name
+        self._partitioner = partitioner
         self._reuse = reuse
         self._initializer = initializer
         self._regularizer = regularizer
@@ -153,6 +274,7 @@ class VariableScope:
     reuse = property(lambda self: self._reuse)
     initializer = property(lambda self: self._initializer)
     regularizer = property(lambda self: self._regularizer)
+    partitioner = property(lambda self: self._partitioner)
     dtype = property(lambda self: self._dtype)
     original_name_scope = property(lambda self: self._name_scope)
 
@@ -168,9 +290,15 @@ class VariableScope:
     def set_regularizer(self, regularizer):
         self._regularizer = regularizer
 
+    def set_partitioner(self, partitioner):
+        self._partitioner = partitioner
+
     def get_variable(self, var_store, name, shape=None, dtype=None, initializer=None, trainable=True,
-                     collections=None, validate_shape=True, reuse=None, regularizer=None):
+                     collections=None, validate_shape=True, reuse=None, regularizer=None, partitioner=None):
         full_name = f"{self._name}/{name}" if self._name else name
+        if partitioner is None and self._partitioner is not None and not _is_scalar(shape, initializer):
+            # As TF1: a scope's partitioner leaves scalars (a global step, a temperature) whole.
+            partitioner = self._partitioner
         if reuse is None or reuse is False:
             reuse = self._reuse
         if initializer is None:
@@ -180,7 +308,7 @@ class VariableScope:
         if dtype is None and (initializer is None or callable(initializer)):
             dtype = self._dtype  # a value initializer keeps its own dtype unless one is given
         return var_store.get_variable(full_name, shape, dtype, initializer, reuse, trainable, collections,
-                                      validate_shape, regularizer)
+                                      validate_shape, regularizer, partitioner=partitioner)
 
     def __repr__(self):
         return f"<tw.VariableScope {self._name!r} reuse={self._reuse}>"
@@ -264,9 +392,15 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
     ``regularizer`` (default: the scope's) is called with a newly created variable; a
     Tensor it returns is added to ``GraphKeys.REGULARIZATION_LOSSES`` (see
     ``tw.losses.get_regularization_loss``). Reused variables add nothing.
+
+    With a ``partitioner`` (default: the scope's, which is not applied to scalars) the
+    variable is created as shards ``name/part_0``, ``name/part_1``, ... and a
+    ``PartitionedVariable`` is returned (see ``ops/partitioned_variables.py``); an initializer
+    object is called once per shard with a ``partition_info``, a value is sliced. Reusing
+    it returns the same ``PartitionedVariable``, with or without restating the partitioner.
     """
-    for arg, val in (("caching_device", caching_device),
-                     ("partitioner", partitioner), ("custom_getter", custom_getter), ("constraint", constraint)):
+    for arg, val in (("caching_device", caching_device), ("custom_getter", custom_getter),
+                     ("constraint", constraint)):
         if val is not None:
             raise errors.UnimplementedError(f"get_variable: {arg} is not supported")
     if not isinstance(name, str) or not name:
@@ -274,7 +408,7 @@ def get_variable(name, shape=None, dtype=None, initializer=None, regularizer=Non
     st = _state()
     return st.current.get_variable(st.store, name, shape=shape, dtype=dtype, initializer=initializer,
                                    trainable=trainable, collections=collections, validate_shape=validate_shape,
-                                   regularizer=regularizer)
+                                   regularizer=regularizer, partitioner=partitioner)
 
 
 class variable_scope:  # noqa: N801 - TensorFlow's name
@@ -284,7 +418,8 @@ class variable_scope:  # noqa: N801 - TensorFlow's name
     captured earlier (re-entered as is). With ``name_or_scope`` None, ``default_name`` is
     used, made unique. ``reuse`` True or ``tw.AUTO_REUSE`` applies to the scope and its
     sub-scopes; None or False inherits the enclosing scope's. ``initializer``,
-    ``regularizer`` and ``dtype`` become the defaults of ``get_variable`` inside.
+    ``regularizer``, ``partitioner`` and ``dtype`` become the defaults of ``get_variable``
+    inside.
     """
 
     def __init__(self, name_or_scope, default_name=None, values=None, initializer=None, regularizer=None,
@@ -300,10 +435,13 @@ class variable_scope:  # noqa: N801 - TensorFlow's name
                 f"variable_scope: reuse must be True, False, None or tw.AUTO_REUSE, got {reuse!r}")
         if name_or_scope is None and reuse is True:
             raise errors.InvalidArgumentError("variable_scope: reuse=True cannot be used without a name_or_scope")
-        for arg, val in (("caching_device", caching_device),
-                         ("partitioner", partitioner), ("custom_getter", custom_getter), ("constraint", constraint)):
+        for arg, val in (("caching_device", caching_device), ("custom_getter", custom_getter),
+                         ("constraint", constraint)):
             if val is not None:
                 raise errors.UnimplementedError(f"variable_scope: {arg} is not supported")
+        if partitioner is not None and not callable(partitioner):
+            raise errors.InvalidArgumentError(f"variable_scope: partitioner must be callable, got {partitioner!r}")
+        self._partitioner = partitioner
         if regularizer is not None and not callable(regularizer):
             raise errors.InvalidArgumentError(f"variable_scope: regularizer must be callable, got {regularizer!r}")
         self._regularizer = regularizer
@@ -348,15 +486,17 @@ class variable_scope:  # noqa: N801 - TensorFlow's name
         if isinstance(nos, VariableScope):
             scope = VariableScope(self._reuse if self._reuse else nos.reuse, name=new_name,
                                   initializer=nos.initializer, dtype=nos.dtype, name_scope=nos.original_name_scope,
-                                  regularizer=nos.regularizer)
+                                  regularizer=nos.regularizer, partitioner=nos.partitioner)
         else:
             reuse = self._reuse or old.reuse
             scope = VariableScope(reuse, name=new_name, initializer=old.initializer, dtype=old.dtype,
-                                  name_scope=current_ns, regularizer=old.regularizer)
+                                  name_scope=current_ns, regularizer=old.regularizer, partitioner=old.partitioner)
         if self._initializer is not None:
             scope.set_initializer(self._initializer)
         if self._regularizer is not None:
             scope.set_regularizer(self._regularizer)
+        if self._partitioner is not None:
+            scope.set_partitioner(self._partitioner)
         if self._dtype is not None:
             scope.set_dtype(self._dtype)
         st.open(new_name)
@@ -378,3 +518,24 @@ class variable_scope:  # noqa: N801 - TensorFlow's name
             self._name_scope_ctx.__exit__(*exc)
             self._name_scope_ctx = None
         return False
+
+
+def create_partitioned_variables(shape, slicing, initializer, dtype=dtypes.float32, trainable=True,
+                                 collections=None, name=None, reuse=None):
+    """The shards of a new partitioned variable as a list (TF1's deprecated form of
+    ``get_variable(..., partitioner=...)``): ``slicing`` gives the shard count per axis
+    (at most one above 1). The logical variable is named by the variable scope opened for
+    it (``name``, else a unique ``PartitionedVariable``). It lives here rather than in
+    ``partitioned_variables.py``, which this module imports."""
+    shape, slicing = list(shape), list(slicing)
+    if len(shape) != len(slicing):
+        raise errors.InvalidArgumentError(
+            f"The 'shape' and 'slicing' of a partitioned Variable must have the same length: shape: {shape}, "
+            f"slicing: {slicing}")
+    if len(shape) < 1:
+        raise errors.InvalidArgumentError(f"A partitioned Variable must have rank at least 1: shape: {shape}")
+    with variable_scope(name, default_name="PartitionedVariable", reuse=reuse) as scope:
+        pv = _get_variable_store().get_variable(
+            scope.name, None if initializer is not None and not callable(initializer) else shape, dtype,
+            initializer, scope.reuse, trainable, collections, True, partitioner=lambda **unused: slicing)
+    return list(pv)

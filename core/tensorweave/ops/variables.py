@@ -11,6 +11,7 @@ from tensorweave.framework.graph import (
     register_tensor_conversion_function,
     session_for,
 )
+from tensorweave.framework.indexed_slices import IndexedSlices
 from tensorweave.ops import array_ops, control_flow_ops, state_ops
 
 
@@ -48,6 +49,34 @@ class Variable:
             collections = list(collections) + [GraphKeys.TRAINABLE_VARIABLES]
         g.add_to_collections(collections, self)
 
+    class SaveSliceInfo:
+        """Where a shard of a partitioned variable sits in its logical tensor (TF1's
+        ``Variable.SaveSliceInfo``): the logical ``full_name`` and ``full_shape``, the shard's
+        ``var_offset`` and ``var_shape``. The Saver saves shards under ``full_name``."""
+
+        def __init__(self, full_name=None, full_shape=None, var_offset=None, var_shape=None):
+            self.full_name = full_name
+            self.full_shape = [int(d) for d in full_shape]
+            self.var_offset = [int(d) for d in var_offset]
+            self.var_shape = [int(d) for d in var_shape]
+
+        @property
+        def spec(self) -> str:
+            """The checkpoint slice spec: ``"<full shape> <offset>,<length>:..."``."""
+            return " ".join(str(d) for d in self.full_shape) + " " + ":".join(
+                f"{o},{n}" for o, n in zip(self.var_offset, self.var_shape))
+
+        def __repr__(self):
+            return f"SaveSliceInfo({self.full_name!r}, {self.spec!r})"
+
+    _save_slice_info = None  # set on the shards of a partitioned variable
+
+    def _set_save_slice_info(self, save_slice_info):
+        self._save_slice_info = save_slice_info
+
+    def _get_save_slice_info(self):
+        return self._save_slice_info
+
     # identity and naming
     name = property(lambda self: self._variable.name)
     op = property(lambda self: self._variable.op)
@@ -84,6 +113,29 @@ class Variable:
     def assign_sub(self, delta, use_locking=False, name=None, read_value=True):
         return state_ops.assign_sub(self._variable, delta, use_locking=use_locking, name=name)
 
+    # Sparse updates (TF1's RefVariable methods): ``sparse_delta`` is an IndexedSlices whose
+    # values are applied at its indices (ScatterAdd, ...); they return the new value.
+    def scatter_add(self, sparse_delta, use_locking=False, name=None):
+        _check_sparse_delta(sparse_delta, "scatter_add")
+        return state_ops.scatter_add(self._variable, sparse_delta.indices, sparse_delta.values,
+                                     use_locking=use_locking, name=name)
+
+    def scatter_sub(self, sparse_delta, use_locking=False, name=None):
+        _check_sparse_delta(sparse_delta, "scatter_sub")
+        return state_ops.scatter_sub(self._variable, sparse_delta.indices, sparse_delta.values,
+                                     use_locking=use_locking, name=name)
+
+    def scatter_update(self, sparse_delta, use_locking=False, name=None):
+        _check_sparse_delta(sparse_delta, "scatter_update")
+        return state_ops.scatter_update(self._variable, sparse_delta.indices, sparse_delta.values,
+                                        use_locking=use_locking, name=name)
+
+    def scatter_nd_update(self, indices, updates, name=None):
+        return state_ops.scatter_nd_update(self._variable, indices, updates, use_locking=True, name=name)
+
+    def scatter_nd_add(self, indices, updates, name=None):
+        return state_ops.scatter_nd_add(self._variable, indices, updates, use_locking=True, name=name)
+
     def eval(self, session=None):
         return self._variable.eval(session=session)
 
@@ -100,6 +152,12 @@ class Variable:
 
     # Variables behave like their value in expressions.
     __array_priority__ = 100
+
+
+def _check_sparse_delta(sparse_delta, method):
+    if not isinstance(sparse_delta, IndexedSlices):
+        raise TypeError(f"Variable.{method}: sparse_delta must be a tw.IndexedSlices (the rows and their values), "
+                        f"got {type(sparse_delta).__name__}")
 
 
 def _forward(name):

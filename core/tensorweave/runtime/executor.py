@@ -181,6 +181,9 @@ class _Compiler:
         self.virtual_ref_ops: set = set()  # Variable ops: they do not run, readers read the store
         self.recv_of: dict = {}           # received tensor (or control op) -> its Recv node
         self.recv_big: set = set()        # slots of received values big enough to free early
+        # Slots of variable reads big enough to free early: a read still held would make the
+        # next sparse update of the variable copy it (kernels/state.py, writable()).
+        self.read_big: set = set()
         self.preds: dict = {}             # node -> nodes it waits for
         self.edges: list = []             # (producer, output index or -1, consumer, input position or -1)
 
@@ -275,6 +278,8 @@ class _Compiler:
                 elif t.op in self.virtual_ref_ops:
                     src_slot = self.new_slot()
                     n.pre.append((_reader(self.resources.state_for_op(t.op), device), -1, src_slot))
+                    if (_static_nbytes(t) or SMALL_BYTES) >= SMALL_BYTES:
+                        self.read_big.add(src_slot)
                 else:
                     src_slot = self.slot_of[t]
                     if t.op in node_of_op:
@@ -322,6 +327,8 @@ class _Compiler:
                     slot = self.new_slot()
                     n.pre.append((_reader(self.resources.state_for_op(t.op), self.device), -1, slot))
                     n.ins.append(slot)
+                    if (_static_nbytes(t) or SMALL_BYTES) >= SMALL_BYTES:
+                        self.read_big.add(slot)
                 else:
                     n.ins.append(self.slot_of[t])
             if src_op in self.node_of_op:
@@ -414,16 +421,26 @@ class _Compiler:
         for i, n in enumerate(order):
             for s in n.ins:
                 last_use[s] = i
-        big_slots = {s for n in order if n.track for s in n.outs}
+            for _fn, src, _slot in n.pre:  # a host-memory copy made for the node reads it too
+                if src >= 0:
+                    last_use[src] = i
+        big_slots = {s for n in order if n.track for s in n.outs} | self.read_big
+        used = set(last_use) | {src for n in order for _fn, src, _slot in n.pre if src >= 0}
         frees_after: dict[int, list] = {}
         for s in big_slots - keep:
             if s in last_use:
                 frees_after.setdefault(last_use[s], []).append(s)
+        # A big output nobody reads (an update's output_ref, run for its effect) is dropped
+        # right after it is made, so it does not keep the variable's tensor shared.
+        for i, n in enumerate(order):
+            for s in n.outs:
+                if s in big_slots and s not in keep and s not in used:
+                    frees_after.setdefault(i, []).append(s)
         freeable = (big_slots | self.recv_big) - keep
         dyn_uses: dict[int, int] = {}
         for n in order:
             n.frees = tuple(s for s in set(n.ins) | {src for _fn, src, _slot in n.pre if src >= 0}
-                            if s in freeable)
+                            | {s for s in n.outs if s not in used} if s in freeable)
             for s in n.frees:
                 dyn_uses[s] = dyn_uses.get(s, 0) + 1
         return frees_after, dyn_uses

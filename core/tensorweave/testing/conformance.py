@@ -44,7 +44,7 @@ import tensorweave as tw
 from tensorweave import errors, plugins
 from tensorweave.framework.graph import apply_op
 from tensorweave.ops.fusion_ops import FUSABLE, FusedExpression, Step
-from tensorweave.ops.training_ops import _INPUT_ORDER, UPDATES
+from tensorweave.ops.training_ops import _INPUT_ORDER, SPARSE_UPDATES, UPDATES
 from tensorweave.passes import fusion
 
 # ---------------------------------------------------------------------------------------
@@ -485,6 +485,106 @@ def unsorted_segment_sum(dtype, rng):
             Case([values((2, 2, 2), dtype, rng), np.array([[1, 1], [0, 3]], np.int64), np.int32(4)], {}, "2d-ids")]
 
 
+# indexing ops (ops/indexing_ops.py): duplicate indices, empty segments and partitions, ties
+def gather_nd(dtype, rng):
+    p = values((4, 3, 2), dtype, rng)
+    return [Case([p, np.array([[0, 1], [3, 2], [0, 1]], np.int32)], {}, "pairs-duplicate"),
+            Case([p, np.array([[[3]], [[1]]], np.int64)], {}, "rows-int64"),
+            Case([p, np.array([[1, 2, 0], [2, 0, 1]], np.int32)], {}, "elements")]
+
+
+def scatter_nd(dtype, rng):
+    modes = ("feed", "feed", "const")
+    return [Case([np.array([[1], [3], [1]], np.int32), values((3, 2), dtype, rng), _i32(5, 2)], {}, "rows-duplicate",
+                 modes=modes),
+            Case([np.array([[0, 1], [2, 0], [0, 1]], np.int64), values((3,), dtype, rng), np.array([3, 2], np.int64)],
+                 {}, "elements-duplicate-int64", modes=modes)]
+
+
+def unsorted_segment_extremum(dtype, rng):
+    return [Case([values((5, 3), dtype, rng), _i32(0, 2, 0, -1, 2), np.int32(4)], {}, "empty-and-dropped"),
+            Case([values((2, 2, 2), dtype, rng), np.array([[1, 1], [0, 1]], np.int64), np.int32(2)], {}, "2d-ids")]
+
+
+def segment(dtype, rng):
+    modes = ("feed", "const")  # constant ids give the output's number of rows at construction
+    return [Case([values((5, 3), dtype, rng), _i32(0, 0, 1, 3, 3)], {}, "5x3-empty-segment", modes=modes),
+            Case([values((4,), dtype, rng), np.array([0, 1, 1, 1], np.int64)], {}, "vector-int64", modes=modes)]
+
+
+def dynamic_partition(dtype, rng):
+    return [Case([values((5, 2), dtype, rng), _i32(1, 0, 2, 1, 1)], {"num_partitions": 3}, "5x2"),
+            Case([values((2, 3), dtype, rng), np.array([[0, 1, 0], [3, 0, 1]], np.int32)], {"num_partitions": 4},
+                 "2d-partitions-one-empty")]
+
+
+def dynamic_stitch(dtype, rng):
+    return [Case([[_i32(0, 4), np.array([[1, 2], [3, 4]], np.int32)], [values((2, 3), dtype, rng),
+                                                                       values((2, 2, 3), dtype, rng)]], {},
+                 "duplicate-index"),
+            Case([[_i32(2, 0, 1)], [values((3,), dtype, rng)]], {}, "one-list")]
+
+
+def unique(dtype, rng):
+    x = values((8,), dtype, rng, "small")
+    x[3], x[6] = x[0], x[1]
+    return [Case([x], {}, "8"), Case([x], {"out_idx": "int64"}, "8-int64")]
+
+
+def sparse_to_dense(dtype, rng):
+    return [Case([np.array([[0, 1], [1, 0], [2, 3]], np.int32), _i32(3, 4), values((3,), dtype, rng),
+                  values((), dtype, rng)], {}, "3x4", modes=("feed", "const", "feed", "feed")),
+            Case([np.array([4, 1, 2], np.int64), np.array([6], np.int64), values((), dtype, rng), values((), dtype, rng)],
+                 {"validate_indices": False}, "vector-unsorted-scalar-value", modes=("feed", "const", "feed", "feed"))]
+
+
+def reverse_v2(dtype, rng):
+    x = values((2, 3, 4), dtype, rng)
+    return [Case([x, _i32(*a)], {}, f"axes{list(a)}") for a in ((0,), (1, -1), ())]
+
+
+def pad(dtype, rng):
+    return [Case([values((2, 3), dtype, rng), np.array([[1, 0], [2, 1]], np.int32)], {}, "2x3"),
+            Case([values((2, 1, 2), dtype, rng), np.array([[0, 0], [1, 1], [0, 2]], np.int64)], {}, "3d-int64")]
+
+
+def pad_v2(dtype, rng):
+    return [Case([*c.inputs, values((), dtype, rng)], c.attrs, c.label) for c in pad(dtype, rng)]
+
+
+def mirror_pad(dtype, rng):
+    x = values((3, 4), dtype, rng)
+    return [Case([x, np.array([[2, 1], [3, 0]], np.int32)], {"mode": "REFLECT"}, "reflect"),
+            Case([x, np.array([[3, 1], [1, 4]], np.int64)], {"mode": "SYMMETRIC"}, "symmetric")]
+
+
+def mirror_pad_grad(dtype, rng):
+    return [Case([values((6, 7), dtype, rng), np.array([[2, 1], [3, 0]], np.int32)], {"mode": "REFLECT"}, "reflect"),
+            Case([values((7, 9), dtype, rng), np.array([[3, 1], [1, 4]], np.int32)], {"mode": "SYMMETRIC"}, "symmetric")]
+
+
+def top_k(dtype, rng):
+    x = values((3, 5), dtype, rng)
+    x[0, 3] = x[0, 1]  # a tie: the lower index comes first
+    return [Case([x, np.int32(k)], {}, f"k={k}") for k in (1, 3)] + [
+        Case([values((4,), dtype, rng), np.int32(4)], {"sorted": True}, "vector-all")]
+
+
+def select(dtype, rng):
+    c = rng.random((3, 4)) < 0.5
+    return [Case([c, values((3, 4), dtype, rng), values((3, 4), dtype, rng)], {}, "3x4"),
+            Case([c[:, 0], values((3, 4), dtype, rng), values((3, 4), dtype, rng)], {}, "rows"),
+            Case([np.array(True), values((2,), dtype, rng), values((2,), dtype, rng)], {}, "scalar")]
+
+
+def where_(dtype, rng):
+    out = []
+    for shape in ((3, 4), (5,)):
+        x = values(shape, dtype, rng, "small")
+        out.append(Case([np.where(rng.random(shape) < 0.4, np.zeros_like(x), x)], {}, _label(shape)))
+    return out
+
+
 def const(dtype, rng):
     def build(op_type, inputs, attrs, _v=None):
         return tw.constant(attrs["_value"])
@@ -543,6 +643,64 @@ def apply_update(op_type):
     return gen
 
 
+def scatter_like(op_type):
+    """Scatter ops on a variable of the device: repeated indices (all of them apply) except
+    for the Update ops, whose winner among repeated indices is unspecified."""
+    def gen(dtype, rng):
+        dup = not op_type.endswith("Update")
+        domain = "nonzero" if op_type == "ScatterDiv" else "any"
+        modes = ("var", "feed", "feed")
+        if op_type.startswith("ScatterNd"):
+            pairs = np.array([[0, 1], [2, 0], [0, 1]] if dup else [[0, 1], [2, 0]], np.int32)
+            rows = np.array([[2], [0], [2]] if dup else [[2], [0]], np.int64)
+            return [Case([values((3, 2), dtype, rng), pairs, values((len(pairs),), dtype, rng, domain)], {},
+                         "elements" + ("-duplicate" if dup else ""), modes=modes),
+                    Case([values((3, 2), dtype, rng), rows, values((len(rows), 2), dtype, rng, domain)], {},
+                         "rows-int64" + ("-duplicate" if dup else ""), modes=modes)]
+        ids = np.array([3, 0, 3] if dup else [3, 0], np.int32)
+        ids2 = np.array([[1, 1], [0, 2]] if dup else [[1, 3], [0, 2]], np.int64)
+        return [Case([values((4, 2), dtype, rng), ids, values((len(ids), 2), dtype, rng, domain)], {},
+                     "rows" + ("-duplicate" if dup else ""), modes=modes),
+                Case([values((4, 2), dtype, rng), ids2, values((2, 2, 2), dtype, rng, domain)], {},
+                     "2d-indices-int64" + ("-duplicate" if dup else ""), modes=modes),
+                Case([values((4,), dtype, rng), ids, values((), dtype, rng, domain)], {}, "scalar-update",
+                     modes=modes)]
+    return gen
+
+
+def sparse_apply_update(op_type):
+    """The sparse optimizer updates on a few rows of a variable and its slots (distinct
+    indices, as the optimizers hand them over; rows not named must stay as they are)."""
+    def gen(dtype, rng):
+        refs, scalars, extra, order = SPARSE_UPDATES[op_type]
+        hyper = {"lr": 0.1, "momentum": 0.9, "rho": 0.9, "epsilon": 1e-3, "l1": 0.01, "l2": 0.1, "lr_power": -0.5}
+        cases = []
+        for extra_attrs, idx in (({}, np.array([3, 0], np.int32)), ({}, np.array([1, 4, 2], np.int64))):
+            variants = [extra_attrs]
+            if any("use_nesterov" in e for e in extra) and idx.dtype == np.int32:
+                variants.append({"use_nesterov": True})
+            for attrs in variants:
+                ins, modes = [], []
+                for name in order:
+                    if name in refs:
+                        pos = name in ("accum", "ms") and op_type != "SparseApplyMomentum"  # under a sqrt
+                        ins.append(values((5, 2), dtype, rng, "pos" if pos else "any"))
+                        modes.append("var")
+                    elif name in scalars:
+                        ins.append(np.asarray(hyper[name], dtype))
+                        modes.append("feed")
+                    elif name == "indices":
+                        ins.append(idx)
+                        modes.append("feed")
+                    else:
+                        ins.append(values((len(idx), 2), dtype, rng))
+                        modes.append("feed")
+                label = f"{len(idx)}-rows-{idx.dtype}" + ("-nesterov" if attrs else "")
+                cases.append(Case(ins, dict(attrs), label, modes=tuple(modes)))
+        return cases
+    return gen
+
+
 # random ops: invariants, not values
 def _random(op_type):
     def check(dev, cpu, case):
@@ -574,6 +732,91 @@ def _random(op_type):
                          modes=("const", "const", "const"))]
         return [Case([_i32(50, 4)], dict(attrs, dtype=dtype), "50x4", check=check, modes=("const",))]
     return gen
+
+
+# sparse-tensor ops (ops/sparse_ops.py): unsorted and repeated entries, int32 and int64 indices
+_SP_IDX = np.array([[0, 1], [2, 0], [1, 3], [2, 0]], np.int64)
+
+
+def sparse_dense_matmul(dtype, rng):
+    modes = ("feed", "feed", "const", "feed")
+    return [Case([_SP_IDX, values((4,), dtype, rng), np.array([3, 4], np.int64), values((4, 2), dtype, rng)], {},
+                 "3x4@4x2-repeated", modes=modes),
+            Case([_SP_IDX.astype(np.int32), values((4,), dtype, rng), np.array([3, 4], np.int64),
+                  values((2, 3), dtype, rng)], {"adjoint_a": True, "adjoint_b": True}, "adjoints-int32", modes=modes)]
+
+
+def sparse_reorder(dtype, rng):
+    idx = np.array([[1, 2], [0, 3], [1, 0], [0, 0]], np.int64)
+    return [Case([idx, values((4,), dtype, rng), np.array([2, 4], np.int64)], {}, "2x4",
+                 modes=("feed", "feed", "const"))]
+
+
+def sparse_add(dtype, rng):
+    real = np.float32 if np.dtype(dtype).kind == "c" else dtype
+    b_idx = np.array([[0, 0], [1, 3], [2, 2]], np.int64)
+    a_idx = np.array([[0, 1], [1, 3], [2, 0]], np.int64)
+    shape = np.array([3, 4], np.int64)
+    return [Case([a_idx, values((3,), dtype, rng), shape, b_idx, values((3,), dtype, rng), shape,
+                  np.asarray(0, real)], {}, "3x4-overlap", modes=("feed", "feed", "const") * 2 + ("const",))]
+
+
+def sparse_add_grad(dtype, rng):
+    sum_idx = np.array([[0, 0], [0, 1], [1, 3], [2, 0], [2, 2]], np.int64)
+    return [Case([values((5,), dtype, rng), np.array([[0, 1], [1, 3], [2, 0]], np.int64),
+                  np.array([[0, 0], [1, 3], [2, 1]], np.int64), sum_idx], {}, "one-dropped")]
+
+
+def sparse_dense_add(dtype, rng):
+    return [Case([_SP_IDX, values((4,), dtype, rng), np.array([3, 4], np.int64), values((3, 4), dtype, rng)], {},
+                 "3x4-repeated", modes=("feed", "feed", "const", "feed"))]
+
+
+def sparse_segment(dtype, rng):
+    # rows 1 and 3 read twice, segment 1 empty, a last segment of one row
+    return [Case([values((4, 3), dtype, rng), _i32(1, 3, 1, 3, 0), _i32(0, 0, 2, 2, 3)], {}, "repeated-rows",
+                 modes=("feed", "const", "const"))]
+
+
+def sparse_segment_grad(dtype, rng):
+    return [Case([values((4, 3), dtype, rng), _i32(1, 3, 1, 3, 0), _i32(0, 0, 2, 2, 3), np.int32(5)], {},
+                 "repeated-rows", modes=("feed", "const", "const", "const"))]
+
+
+def embedding_ids_check(dtype, rng):
+    return [Case([np.array([[3, 0], [1, 3]], dtype), np.asarray(4, dtype)], {}, "in-range", modes=("feed", "const"))]
+
+
+# candidate samplers (stateful, random): invariants, not values
+def _candidate_sampler(op_type):
+    def check(dev, cpu, case):
+        for d, c in zip(dev, cpu):
+            if np.shape(d) != np.shape(c) or np.asarray(d).dtype != np.asarray(c).dtype:
+                raise ConformanceFailure(f"shape/dtype {np.shape(d)} {np.asarray(d).dtype}, CPU gives "
+                                         f"{np.shape(c)} {np.asarray(c).dtype}")
+        sampled, true_count, sampled_count = (np.asarray(v) for v in dev)
+        hi = case.attrs.get("range_max", case.attrs["num_sampled"])
+        if not ((sampled >= 0) & (sampled < hi)).all():
+            raise ConformanceFailure(f"sampled candidates outside [0, {hi}): {sampled}")
+        if case.attrs["unique"] and len(set(sampled.tolist())) != sampled.size:
+            raise ConformanceFailure(f"unique=True gave repeated candidates: {sampled}")
+        if not (np.isfinite(true_count).all() and (sampled_count > 0).all()):
+            raise ConformanceFailure(f"bad expected counts: {true_count}, {sampled_count}")
+
+    def gen(dtype, rng):
+        attrs = {"num_true": 2, "num_sampled": 5, "seed": 7, "seed2": 11}
+        if op_type != "AllCandidateSampler":
+            attrs["range_max"] = 10
+        if op_type == "FixedUnigramCandidateSampler":
+            attrs["unigrams"] = [float(i + 1) for i in range(10)]
+        classes = np.array([[0, 3], [9, 1], [4, 4]], np.int64)
+        return [Case([classes], dict(attrs, unique=u), f"unique={u}", check=check) for u in (True, False)]
+    return gen
+
+
+def accidental_hits(dtype, rng):
+    return [Case([np.array([[1, 5], [2, 2], [9, 0]], np.int64), np.array([5, 2, 7, 0, 2], np.int64)],
+                 {"num_true": 2}, "repeats")]
 
 
 # ---------------------------------------------------------------------------------------
@@ -671,6 +914,23 @@ def _table() -> dict[str, OpSpec]:
     t["ListDiff"] = OpSpec(list_diff, dtypes=("int32", "float32"))
     t["InvertPermutation"] = OpSpec(invert_permutation)
     t["UnsortedSegmentSum"] = OpSpec(unsorted_segment_sum)
+    t["GatherNd"] = OpSpec(gather_nd)
+    t["ScatterNd"] = OpSpec(scatter_nd, type_attr="T")
+    t["UnsortedSegmentMax"] = t["UnsortedSegmentMin"] = OpSpec(unsorted_segment_extremum)
+    for name in ("SegmentSum", "SegmentMean", "SegmentMax", "SegmentMin"):
+        t[name] = OpSpec(segment)
+    t["DynamicPartition"] = OpSpec(dynamic_partition)
+    t["DynamicStitch"] = t["ParallelDynamicStitch"] = OpSpec(dynamic_stitch, type_attr="T")
+    t["Unique"] = t["UniqueWithCounts"] = OpSpec(unique)
+    t["SparseToDense"] = OpSpec(sparse_to_dense, type_attr="T")
+    t["ReverseV2"] = OpSpec(reverse_v2)
+    t["Pad"] = OpSpec(pad)
+    t["PadV2"] = OpSpec(pad_v2)
+    t["MirrorPad"] = OpSpec(mirror_pad)
+    t["MirrorPadGrad"] = OpSpec(mirror_pad_grad)
+    t["TopKV2"] = OpSpec(top_k)
+    t["Select"] = OpSpec(select)
+    t["Where"] = OpSpec(where_)
     t["Const"] = OpSpec(const, dtypes=("float32", "float64", "int32", "bool"), type_attr="dtype")
     t["Cast"] = OpSpec(_cast_gen, dtypes=tuple(f"{a}->{b}" for a, b in _CASTS), type_attr="SrcT")
     t["Variable"] = OpSpec(variable, dtypes=("float32", "float64", "int32"), type_attr="dtype")
@@ -679,10 +939,29 @@ def _table() -> dict[str, OpSpec]:
     t["IsVariableInitialized"] = OpSpec(is_variable_initialized, dtypes=("float32", "int32"), type_attr="dtype")
     for name in ("ApplyGradientDescent", "ApplyMomentum", "ApplyAdagrad", "ApplyAdam", "ApplyRMSProp"):
         t[name] = OpSpec(apply_update(name))
+    for name in ("ScatterUpdate", "ScatterAdd", "ScatterSub", "ScatterMul", "ScatterDiv", "ScatterMin", "ScatterMax",
+                 "ScatterNdUpdate", "ScatterNdAdd"):
+        t[name] = OpSpec(scatter_like(name), type_attr="T")
+    for name in SPARSE_UPDATES:
+        t[name] = OpSpec(sparse_apply_update(name), dtypes=("float32", "float64"), type_attr="T")
     for name in ("RandomUniform", "RandomStandardNormal", "TruncatedNormal"):
         t[name] = OpSpec(_random(name), type_attr="dtype")
     t["RandomUniformInt"] = OpSpec(_random("RandomUniformInt"), type_attr="Tout")
     t["RandomShuffle"] = OpSpec(_random("RandomShuffle"))
+    t["SparseTensorDenseMatMul"] = OpSpec(sparse_dense_matmul, type_attr="T")
+    t["SparseReorder"] = OpSpec(sparse_reorder, type_attr="T")
+    t["SparseAdd"] = OpSpec(sparse_add, dtypes=("float32", "float64", "int32", "int64", "complex64"), type_attr="T")
+    t["SparseAddGrad"] = OpSpec(sparse_add_grad, type_attr="T")
+    t["SparseTensorDenseAdd"] = OpSpec(sparse_dense_add, type_attr="T")
+    t["EmbeddingIdsCheck"] = OpSpec(embedding_ids_check, type_attr="Tindices")
+    for name in ("SparseSegmentSum", "SparseSegmentMean", "SparseSegmentSqrtN"):
+        t[name] = OpSpec(sparse_segment, type_attr="T")
+    for name in ("SparseSegmentMeanGrad", "SparseSegmentSqrtNGrad"):
+        t[name] = OpSpec(sparse_segment_grad, type_attr="T")
+    for name in ("UniformCandidateSampler", "LogUniformCandidateSampler", "LearnedUnigramCandidateSampler",
+                 "FixedUnigramCandidateSampler", "AllCandidateSampler"):
+        t[name] = OpSpec(_candidate_sampler(name), dtypes=("int64",), type_attr="")
+    t["ComputeAccidentalHits"] = OpSpec(accidental_hits, dtypes=("int64",), type_attr="")
     # Transfer compression (fixed dtypes: the element-wise fallback does not cover them).
     t["_CompressF32ToBF16"] = OpSpec(_compress_bf16, dtypes=("float32",))
     t["_DecompressBF16ToF32"] = OpSpec(_decompress_bf16, dtypes=("uint16",))
@@ -892,10 +1171,15 @@ def _gradients(case, outs, fed, dtype):
     rng = _rng_for("weights", case.label)
     terms = []
     for y in ys:
-        w = tw.constant(values(y.shape.as_list(), y.dtype.np_dtype, rng, "any"))
+        if y.shape.is_fully_defined():
+            w = tw.constant(values(y.shape.as_list(), y.dtype.np_dtype, rng, "any"))
+        else:  # known only when it runs (SparseAdd's entries): weights that still differ per position
+            w = tw.sin(tw.reshape(tw.cast(tw.range(tw.size(y)), y.dtype), tw.shape(y)) + 1.0)
         terms.append(tw.reduce_sum(y * w))
     loss = terms[0] if len(terms) == 1 else tw.add_n(terms)
     gs = tw.gradients(loss, [ph for _, ph in xs])
+    # A gather's gradient is an IndexedSlices: compared densified (repeated rows summed).
+    gs = [tw.convert_to_tensor(g) if isinstance(g, tw.IndexedSlices) else g for g in gs]
     return [(f"d/d input {i}", g) for (i, _), g in zip(xs, gs) if g is not None]
 
 

@@ -7,7 +7,8 @@ the Jacobian computed from ``tw.gradients`` (theoretical) and by central differe
     check_gradients(lambda a, b: tw.matmul(a, b), [np.random.randn(2, 3), np.random.randn(3, 4)])
 
 Inputs are fed as float64 placeholders (unless given other float dtypes), so differences of
-1e-6 are meaningful.
+1e-6 are meaningful. A gradient that is an ``IndexedSlices`` (a gather's) is densified from
+its fetched value (rows of repeated indices summed) for the comparison.
 """
 
 from __future__ import annotations
@@ -15,6 +16,18 @@ from __future__ import annotations
 import numpy as np
 
 import tensorweave as tw
+
+
+def _dense(value, shape) -> np.ndarray:
+    """A fetched gradient as a dense float64 array of ``shape``: an ``IndexedSlicesValue``
+    is scattered (repeated indices add up); a dense value is taken as it is."""
+    if isinstance(value, tw.IndexedSlicesValue):
+        if value.dense_shape is not None and tuple(np.asarray(value.dense_shape).reshape(-1)) != tuple(shape):
+            raise AssertionError(f"the IndexedSlices gradient has dense_shape {value.dense_shape}, the input {shape}")
+        out = np.zeros(shape, dtype=np.float64)
+        np.add.at(out, np.asarray(value.indices), np.asarray(value.values, dtype=np.float64))
+        return out
+    return np.asarray(value, dtype=np.float64)
 
 
 def _jacobians(sess, ys, xs, x_values, dys, delta):
@@ -36,7 +49,7 @@ def _jacobians(sess, ys, xs, x_values, dys, delta):
                 f[dy] = (one_hot if m == k else np.zeros(int(np.prod(s)))).reshape(s).astype(dy.dtype.np_dtype)
             for i, g in enumerate(grads):
                 if g is not None:
-                    theo[i][:, col] = np.asarray(sess.run(g, f), dtype=np.float64).reshape(-1)
+                    theo[i][:, col] = _dense(sess.run(g, f), x_values[i].shape).reshape(-1)
             col += 1
     num = []
     for i, xv in enumerate(x_values):

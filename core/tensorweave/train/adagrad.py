@@ -1,4 +1,5 @@
-"""``tw.train.AdagradOptimizer``: ``accum += grad^2; var -= lr * grad / sqrt(accum)``."""
+"""``tw.train.AdagradOptimizer``: ``accum += grad^2; var -= lr * grad / sqrt(accum)``; a sparse
+gradient updates only its rows of ``var`` and ``accum`` (SparseApplyAdagrad)."""
 
 from __future__ import annotations
 
@@ -27,3 +28,8 @@ class AdagradOptimizer(Optimizer):
         return training_ops.apply_adagrad(
             var, self.get_slot(var, "accumulator"), self._hyper(self._learning_rate, var.dtype, "learning_rate"),
             grad, use_locking=self._use_locking)
+
+    def _apply_sparse(self, grad, var):
+        return training_ops.sparse_apply_adagrad(
+            var, self.get_slot(var, "accumulator"), self._hyper(self._learning_rate, var.dtype, "learning_rate"),
+            grad.values, grad.indices, use_locking=self._use_locking)

@@ -9,6 +9,10 @@ A checkpoint with prefix ``P`` is two files:
 * ``P.index.json`` — variables with their tensorweave dtypes and shapes, the global step,
   the tensorweave and format versions and a CRC-32 per stored tensor.
 
+A partitioned variable is stored as its one logical tensor under its full name (the saver
+assembles the shards, ``assemble_slices``), so a reader never needs to know how it was
+partitioned, and a restore takes any slice of it (``take_slice``).
+
 Tensor bytes and dtype names are ``framework/tensor_codec.py``'s, the one tensor encoding:
 dtypes safetensors has are stored as themselves (``F16 F32 F64 I8 I16 I32 I64 U8 U16 U32
 U64 BOOL``). The others are stored so that other tools can read them, and the tensorweave
@@ -387,6 +391,54 @@ def remove_checkpoint(prefix) -> None:
     for p in (index_path(prefix), data_path(prefix)):
         with contextlib.suppress(FileNotFoundError):
             os.remove(p)
+
+
+# ----------------------------------------------------------------------------------------
+# slices of one logical tensor (the shards of a partitioned variable)
+def _volume(dims) -> int:
+    out = 1
+    for d in dims:
+        out *= int(d)
+    return out
+
+
+def check_tiling(name: str, full_shape, boxes) -> None:
+    """``boxes`` ([(starts, lengths)], each inside ``full_shape``) must cover the full shape
+    without overlapping: the shards of a partitioned variable, saved as its one tensor."""
+    full_shape = [int(d) for d in full_shape]
+    covered = 0
+    for i, (starts, lengths) in enumerate(boxes):
+        covered += _volume(lengths)
+        for j, (s2, n2) in enumerate(boxes[:i]):
+            if all(a < b + m and b < a + n for a, n, b, m in zip(starts, lengths, s2, n2)):
+                raise errors.InvalidArgumentError(
+                    f"the slices of tensor '{name}' overlap: slice {j} (offset {list(s2)}, shape {list(n2)}) and "
+                    f"slice {i} (offset {list(starts)}, shape {list(lengths)}) of full shape {full_shape}")
+    if covered != _volume(full_shape):
+        raise errors.InvalidArgumentError(
+            f"the {len(boxes)} slices of tensor '{name}' cover {covered} of the {_volume(full_shape)} elements of "
+            f"its full shape {full_shape}: save every shard of a partitioned variable together")
+
+
+def assemble_slices(name: str, full_shape, dtype, pieces) -> np.ndarray:
+    """The full tensor ``name`` from ``pieces`` ([(starts, lengths, array)]), which must tile
+    ``full_shape`` exactly."""
+    dtype = dtypes.as_dtype(dtype)
+    check_tiling(name, full_shape, [(s, n) for s, n, _ in pieces])
+    out = np.empty([int(d) for d in full_shape], dtype=object if dtype.is_string else dtype.np_dtype)
+    for starts, lengths, value in pieces:
+        value = np.asarray(value, dtype=object) if dtype.is_string else np.asarray(value)
+        if list(value.shape) != list(lengths):
+            raise errors.InvalidArgumentError(
+                f"a slice of tensor '{name}' has shape {list(value.shape)}, but its spec says {list(lengths)}")
+        out[tuple(slice(a, a + n) for a, n in zip(starts, lengths))] = value
+    return out
+
+
+def take_slice(value: np.ndarray, starts, lengths) -> np.ndarray:
+    """``value[starts : starts + lengths]``, copied (a shard must not keep the whole tensor
+    alive)."""
+    return np.array(value[tuple(slice(a, a + n) for a, n in zip(starts, lengths))], copy=True)
 
 
 # ----------------------------------------------------------------------------------------

@@ -13,6 +13,11 @@ new op and returns the op's device.
   wins field by field (``/device:CPU:0`` inside the setter gives
   ``/job:worker/device:CPU:0``); with ``False`` an op that has any device keeps it.
 
+Each shard of a partitioned variable (``get_variable(..., partitioner=...)``) is a Variable
+node of its own, so the strategy spreads the shards too: round robin puts shard ``i`` of
+the first such variable on task ``i % ps_tasks``; ``tw.contrib.training``'s
+``GreedyLoadBalancingStrategy`` with ``byte_size_load_fn`` balances them by bytes.
+
 A variable's initializer and ``read`` snapshot follow the variable (``tw.Variable``
 colocates them), and optimizer updates run on the variable's device, so only gradients
 and values travel between workers and ps tasks.

@@ -1,11 +1,12 @@
 """``tw.train.FtrlOptimizer``: FTRL-proximal with TF1's ``ApplyFtrl`` update, composed from
-ordinary ops (every new value is computed from the old ones before any is written)."""
+ordinary ops (every new value is computed from the old ones before any is written); a sparse
+gradient updates only its rows of ``var`` and both slots (SparseApplyFtrl)."""
 
 from __future__ import annotations
 
 from tensorweave.framework import errors
 from tensorweave.framework.graph import get_default_graph
-from tensorweave.ops import array_ops, control_flow_ops, math_ops, state_ops
+from tensorweave.ops import array_ops, control_flow_ops, math_ops, state_ops, training_ops
 from tensorweave.train.optimizer import Optimizer
 
 
@@ -60,3 +61,11 @@ class FtrlOptimizer(Optimizer):
         with get_default_graph().control_dependencies([accum_new, linear_new, var_new]):
             return control_flow_ops.group(state_ops.assign(var, var_new), state_ops.assign(accum, accum_new),
                                           state_ops.assign(linear, linear_new))
+
+    def _apply_sparse(self, grad, var):
+        dt = var.dtype
+        return training_ops.sparse_apply_ftrl(
+            var, self.get_slot(var, "accum"), self.get_slot(var, "linear"), grad.values, grad.indices,
+            self._hyper(self._learning_rate, dt, "learning_rate"), self._hyper(self._l1, dt, "l1_regularization_strength"),
+            self._hyper(self._l2, dt, "l2_regularization_strength"),
+            self._hyper(self._lr_power, dt, "learning_rate_power"), use_locking=self._use_locking)

@@ -1,8 +1,9 @@
-"""``tw.train.GradientDescentOptimizer``: ``var -= learning_rate * grad``."""
+"""``tw.train.GradientDescentOptimizer``: ``var -= learning_rate * grad``; a sparse gradient
+(IndexedSlices) is a ``ScatterSub`` of ``learning_rate * values`` at its indices."""
 
 from __future__ import annotations
 
-from tensorweave.ops import training_ops
+from tensorweave.ops import state_ops, training_ops
 from tensorweave.train.optimizer import Optimizer
 
 
@@ -17,3 +18,11 @@ class GradientDescentOptimizer(Optimizer):
     def _apply_dense(self, grad, var):
         return training_ops.apply_gradient_descent(
             var, self._hyper(self._learning_rate, var.dtype, "learning_rate"), grad, use_locking=self._use_locking)
+
+    def _apply_sparse_duplicate_indices(self, grad, var):
+        # ScatterSub applies every slice, so repeated indices need no summing first (TF's too).
+        return self._apply_sparse(grad, var)
+
+    def _apply_sparse(self, grad, var):
+        lr = self._hyper(self._learning_rate, var.dtype, "learning_rate")
+        return state_ops.scatter_sub(var, grad.indices, grad.values * lr, use_locking=self._use_locking)

@@ -1,5 +1,6 @@
 """``tw.train.MomentumOptimizer``: ``accum = momentum * accum + grad; var -= lr * accum``
-(with ``use_nesterov``: ``var -= lr * grad + lr * momentum * accum``)."""
+(with ``use_nesterov``: ``var -= lr * grad + lr * momentum * accum``). A sparse gradient updates
+only its rows of ``var`` and ``accum`` (SparseApplyMomentum)."""
 
 from __future__ import annotations
 
@@ -25,3 +26,9 @@ class MomentumOptimizer(Optimizer):
             var, self.get_slot(var, "momentum"), self._hyper(self._learning_rate, var.dtype, "learning_rate"),
             grad, self._hyper(self._momentum, var.dtype, "momentum"), use_locking=self._use_locking,
             use_nesterov=self._use_nesterov)
+
+    def _apply_sparse(self, grad, var):
+        return training_ops.sparse_apply_momentum(
+            var, self.get_slot(var, "momentum"), self._hyper(self._learning_rate, var.dtype, "learning_rate"),
+            grad.values, grad.indices, self._hyper(self._momentum, var.dtype, "momentum"),
+            use_locking=self._use_locking, use_nesterov=self._use_nesterov)

@@ -6,10 +6,19 @@ trainable variables) followed by ``apply_gradients``, which adds one fused updat
 them, and, given a ``global_step``, increments it once all updates are done. Running the
 returned op performs one training step.
 
+A gradient that is an ``IndexedSlices`` (a variable read through ``tw.gather`` or
+``embedding_lookup``) is applied sparsely, as in TensorFlow: ``apply_gradients`` sums the
+slices of repeated indices first (``Unique`` + ``UnsortedSegmentSum``,
+``_apply_sparse_duplicate_indices``) and hands the result to ``_apply_sparse``, which updates
+only those rows (ScatterSub, SparseApplyMomentum, ...; Adam's decays its slots densely, as
+TensorFlow's does). An optimizer without an ``_apply_sparse`` of its own gets the gradient
+densified and applied by ``_apply_dense``.
+
 Per-variable state lives in *slots*: non-trainable variables named ``<var>/<optimizer>``
 (``w/Momentum``, ``w/Adam``, ``w/Adam_1``), created the first time gradients are applied to
 the variable, initialised by ``tw.global_variables_initializer()``. A subclass implements
-``_create_slots``, ``_prepare``, ``_apply_dense`` and optionally ``_finish``.
+``_create_slots``, ``_prepare``, ``_apply_dense`` and optionally ``_apply_sparse`` and
+``_finish``.
 
 Hyperparameters given as Python numbers become constants of each variable's dtype (so a
 float64 model is updated in float64); Tensors (a placeholder for a learning-rate schedule)
@@ -29,7 +38,8 @@ from tensorweave.framework.graph import (
     convert_to_tensor,
     get_default_graph,
 )
-from tensorweave.ops import array_ops, control_flow_ops, math_ops
+from tensorweave.framework.indexed_slices import IndexedSlices
+from tensorweave.ops import array_ops, control_flow_ops, indexing_ops, math_ops
 from tensorweave.ops import gradients as gradients_mod
 from tensorweave.ops.variables import Variable, trainable_variables
 from tensorweave.train.training_util import assert_global_step
@@ -142,7 +152,7 @@ class Optimizer:
             loss, var_list, grad_ys=grad_loss, gate_gradients=(gate_gradients == self.GATE_OP),
             aggregation_method=aggregation_method, colocate_gradients_with_ops=colocate_gradients_with_ops)
         if gate_gradients == self.GATE_GRAPH and any(g is not None for g in grads):
-            grads = control_flow_ops.tuple_(grads)
+            grads = _gate(grads)
         return list(zip(grads, var_list))
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
@@ -161,12 +171,13 @@ class Optimizer:
                     f"{self._name}.apply_gradients: expected (gradient, variable) pairs, got {item!r}") from None
             _check_variable(v, f"{self._name}.apply_gradients")
             if g is not None:
-                try:
-                    g = convert_to_tensor(g)
-                except errors.InvalidArgumentError as e:
-                    raise errors.InvalidArgumentError(
-                        f"{self._name}.apply_gradients: the gradient for variable '{v.name}' is not a Tensor: {e}"
-                    ) from None
+                if not isinstance(g, IndexedSlices):
+                    try:
+                        g = convert_to_tensor(g)
+                    except errors.InvalidArgumentError as e:
+                        raise errors.InvalidArgumentError(
+                            f"{self._name}.apply_gradients: the gradient for variable '{v.name}' is not a Tensor: {e}"
+                        ) from None
                 if g.dtype is not v.dtype:
                     raise errors.InvalidArgumentError(
                         f"{self._name}.apply_gradients: the gradient '{g.name}' has dtype {g.dtype.name} but "
@@ -198,7 +209,10 @@ class Optimizer:
                     if grad is None:
                         continue
                     with graph.name_scope("update_" + var.op.name), _device_scope(graph, var.device):
-                        update_ops.append(self._apply_dense(grad, var))
+                        if isinstance(grad, IndexedSlices):
+                            update_ops.append(self._apply_sparse_duplicate_indices(grad, var))
+                        else:
+                            update_ops.append(self._apply_dense(grad, var))
                 if global_step is None:
                     apply_updates = self._finish(update_ops, scope)
                 else:
@@ -315,8 +329,46 @@ class Optimizer:
     def _apply_dense(self, grad, var):
         raise NotImplementedError
 
+    def _apply_sparse_duplicate_indices(self, grad, var):
+        """Apply the IndexedSlices ``grad``: the slices of repeated indices summed first,
+        then ``_apply_sparse`` (whose kernels then see every row once)."""
+        values, indices = _deduplicate_indexed_slices(grad.values, grad.indices)
+        return self._apply_sparse(IndexedSlices(values, indices, grad.dense_shape), var)
+
+    def _apply_sparse(self, grad, var):
+        """Apply the IndexedSlices ``grad`` (no repeated indices) to ``var``. This default
+        densifies it for ``_apply_dense``: subclasses override it to touch only its rows."""
+        return self._apply_dense(convert_to_tensor(grad), var)
+
     def _finish(self, update_ops, name_scope):
         return _group(update_ops, name_scope)
+
+
+def _deduplicate_indexed_slices(values, indices):
+    """``(summed values, unique indices)``: one slice per distinct index, the sum of its
+    slices (TensorFlow's ``_deduplicate_indexed_slices``)."""
+    unique_indices, positions = indexing_ops.unique(indices)
+    summed = math_ops.unsorted_segment_sum(values, positions, array_ops.shape(unique_indices)[0])
+    return summed, unique_indices
+
+
+def _gate(grads):
+    """``grads`` (Tensors, IndexedSlices or None) available only once all of them are."""
+    flat = []
+    for g in grads:
+        if isinstance(g, IndexedSlices):
+            flat.extend([g.values, g.indices] + ([g.dense_shape] if g.dense_shape is not None else []))
+        else:
+            flat.append(g)
+    gated = iter(control_flow_ops.tuple_(flat))
+    out = []
+    for g in grads:
+        if isinstance(g, IndexedSlices):
+            values, indices = next(gated), next(gated)
+            out.append(IndexedSlices(values, indices, next(gated) if g.dense_shape is not None else None))
+        else:
+            out.append(next(gated))
+    return out
 
 
 def _var_key(var):

@@ -1,5 +1,6 @@
 """``tw.train.RMSPropOptimizer``: ``ms = decay * ms + (1 - decay) * grad^2;
-mom = momentum * mom + lr * grad / sqrt(ms + epsilon); var -= mom``."""
+mom = momentum * mom + lr * grad / sqrt(ms + epsilon); var -= mom``; a sparse gradient updates
+only its rows of ``var`` and both slots (SparseApplyRMSProp)."""
 
 from __future__ import annotations
 
@@ -34,3 +35,11 @@ class RMSPropOptimizer(Optimizer):
             self._hyper(self._learning_rate, dt, "learning_rate"), self._hyper(self._decay, dt, "decay"),
             self._hyper(self._momentum, dt, "momentum"), self._hyper(self._epsilon, dt, "epsilon"), grad,
             use_locking=self._use_locking)
+
+    def _apply_sparse(self, grad, var):
+        dt = var.dtype
+        return training_ops.sparse_apply_rms_prop(
+            var, self.get_slot(var, "rms"), self.get_slot(var, "momentum"),
+            self._hyper(self._learning_rate, dt, "learning_rate"), self._hyper(self._decay, dt, "decay"),
+            self._hyper(self._momentum, dt, "momentum"), self._hyper(self._epsilon, dt, "epsilon"), grad.values,
+            grad.indices, use_locking=self._use_locking)

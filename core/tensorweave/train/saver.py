@@ -16,6 +16,13 @@ committed and old checkpoints are deleted only after the state file stops naming
 ``restore`` is all-or-nothing: before any Assign runs it checks, from the checkpoint's
 header alone, that every variable is present with its dtype and a compatible shape; the
 RestoreV2 kernel reads (and checksums) every tensor before returning any.
+
+Partitioned variables (TF1's ``SaveSliceInfo``): each shard is saved under the logical
+variable's full name with its slice spec (``"<full shape> <offset>,<length>:..."``), and the
+checkpoint holds the one assembled tensor. Restoring reads the slice each shard needs, so a
+checkpoint restores into the same or a different number of shards, or into an unpartitioned
+variable of the full shape (TF1 requires the same partitioning); a different full shape is
+an InvalidArgumentError naming the variable and both shapes, before anything is assigned.
 """
 
 from __future__ import annotations
@@ -29,6 +36,7 @@ from tensorweave.framework import errors
 from tensorweave.framework.graph import Tensor
 from tensorweave.ops import array_ops, checkpoint_ops, control_flow_ops, state_ops
 from tensorweave.ops import variables as variables_mod
+from tensorweave.ops.partitioned_variables import PartitionedVariable
 from tensorweave.train import checkpoint_format as fmt
 
 __all__ = [
@@ -205,27 +213,84 @@ def _ref_tensor(v):
     return t
 
 
-def _var_dict(var_list) -> dict:
-    """{checkpoint name: variable ref tensor} from a dict or a list (TF1 op_list_to_dict)."""
-    out: dict = {}
+def _slice_entries(name, shards) -> list:
+    """(name, spec, ref) for each shard of a partitioned variable saved under ``name``."""
+    out = []
+    for v in shards:
+        info = v._get_save_slice_info() if hasattr(v, "_get_save_slice_info") else None
+        if info is None:
+            raise errors.InvalidArgumentError(
+                f"Saver: '{name}' is given as a list of variables, so each must be a shard of a partitioned variable "
+                f"(with a save_slice_info); {getattr(v, 'name', repr(v))} is not")
+        out.append((name, info.spec, _ref_tensor(v)))
+    return out
+
+
+def _saveables(var_list) -> list:
+    """[(checkpoint name, slice spec or "", variable ref tensor)] from a dict or a list (TF1
+    ``op_list_to_dict`` + ``saveable_objects_for_op``). The shards of a partitioned variable
+    (found through their save_slice_info, or given as a PartitionedVariable or a list)
+    share the logical variable's name, each with its slice spec."""
+    entries: list = []
     if isinstance(var_list, dict):
-        items = list(var_list.items())
+        for name, v in var_list.items():
+            if not isinstance(name, str) or not name:
+                raise errors.InvalidArgumentError(f"Saver: checkpoint names must be non-empty strings, got {name!r}")
+            if isinstance(v, PartitionedVariable | list | tuple):
+                entries.extend(_slice_entries(name, list(v)))
+            else:
+                entries.append((name, "", _ref_tensor(v)))
     else:
-        items = [(_ref_tensor(v).op.name, v) for v in var_list]
-    for name, v in items:
+        for v in var_list:
+            if isinstance(v, PartitionedVariable):
+                entries.extend(_slice_entries(v.name, list(v)))
+                continue
+            info = v._get_save_slice_info() if hasattr(v, "_get_save_slice_info") else None
+            if info is not None:
+                entries.append((info.full_name, info.spec, _ref_tensor(v)))
+            else:
+                ref = _ref_tensor(v)
+                entries.append((ref.op.name, "", ref))
+    whole: dict = {}
+    sliced: dict = {}
+    for name, spec, ref in entries:
         if not isinstance(name, str) or not name:
             raise errors.InvalidArgumentError(f"Saver: checkpoint names must be non-empty strings, got {name!r}")
-        if name in out:
+        if name in whole or (not spec and name in sliced):
+            raise errors.InvalidArgumentError(f"Saver: at least two variables have the same name: {name}")
+        if spec:
+            sliced.setdefault(name, []).append((spec, ref))
+        else:
+            whole[name] = ref
+    seen: dict = {}
+    for name, _spec, ref in entries:
+        if ref.op in seen:
             raise errors.InvalidArgumentError(
-                f"Saver: at least two variables have the same name: {name}")
-        out[name] = _ref_tensor(v)
-    seen = {}
-    for name, t in out.items():
-        if t.op in seen:
+                f"Saver: variable {ref.op.name} appears twice in var_list (as '{seen[ref.op]}' and '{name}')")
+        seen[ref.op] = name
+    for name, parts in sliced.items():
+        _check_slices(name, parts)
+    return entries
+
+
+def _check_slices(name, parts):
+    """The shards saved under ``name`` agree on the full shape and dtype and tile it (so
+    the checkpoint holds the whole logical tensor); checked when the Saver is built."""
+    specs = [checkpoint_ops.parse_slice_spec(spec) for spec, _ in parts]
+    full = specs[0][0]
+    for (spec, ref), (f, _starts, lengths) in zip(parts, specs):
+        if f != full or ref.dtype is not parts[0][1].dtype:
             raise errors.InvalidArgumentError(
-                f"Saver: variable {t.op.name} appears twice in var_list (as '{seen[t.op]}' and '{name}')")
-        seen[t.op] = name
-    return out
+                f"Saver: the shards of partitioned variable '{name}' disagree: {parts[0][1].op.name} is a slice of "
+                f"{full} ({parts[0][1].dtype.name}), {ref.op.name} of {f} ({ref.dtype.name})")
+        if not ref.shape.is_compatible_with(lengths):
+            raise errors.InvalidArgumentError(
+                f"Saver: shard {ref.op.name} of '{name}' has shape {ref.shape} but its slice spec {spec!r} says "
+                f"{lengths}")
+    try:
+        fmt.check_tiling(name, full, [(st, ln) for _f, st, ln in specs])
+    except errors.InvalidArgumentError as e:
+        raise errors.InvalidArgumentError(f"Saver: {e.message}") from None
 
 
 class Saver:
@@ -272,34 +337,35 @@ class Saver:
         var_list = self._var_list
         if var_list is None:
             var_list = variables_mod.global_variables()
-        self._vars = _var_dict(var_list)
-        if not self._vars:
+        self._entries = _saveables(var_list)
+        if not self._entries:
             if not self._allow_empty:
                 raise errors.InvalidArgumentError("Saver: no variables to save")
             self._is_empty, self._built = True, True
             return
-        graphs = {t.graph for t in self._vars.values()}
+        graphs = {ref.graph for _, _, ref in self._entries}
         if len(graphs) > 1:
             raise errors.InvalidArgumentError("Saver: the variables come from different graphs")
         g = graphs.pop()
         self._graph = g
-        names = list(self._vars)
-        refs = [self._vars[n] for n in names]
+        names = [n for n, _, _ in self._entries]
+        specs = [s for _, s, _ in self._entries]
+        refs = [r for _, _, r in self._entries]
         with g.as_default(), g.control_dependencies(None), g.name_scope(self._name or "save"):
             self.filename_tensor = array_ops.placeholder_with_default(self._filename or "model", [],
                                                                       name="filename")
             names_t = array_ops.constant(names, name="tensor_names")
-            slices_t = array_ops.constant([""] * len(names), name="shape_and_slices")
+            slices_t = array_ops.constant(specs, name="shape_and_slices")
             save_op = checkpoint_ops.save_v2(self.filename_tensor, names_t, slices_t, refs, name="SaveV2")
             with g.control_dependencies([save_op]):
                 self.save_tensor = array_ops.identity(self.filename_tensor, name="control_dependency")
             assigns = []
             if self._restore_sequentially:  # one tensor in memory at a time
                 prev = None
-                for name, ref in zip(names, refs):
+                for name, spec, ref in self._entries:
                     with g.control_dependencies([prev] if prev is not None else []):
                         (value,) = checkpoint_ops.restore_v2(
-                            self.filename_tensor, array_ops.constant([name]), array_ops.constant([""]),
+                            self.filename_tensor, array_ops.constant([name]), array_ops.constant([spec]),
                             [ref.dtype], name="RestoreV2")
                     prev = state_ops.assign(ref, value, validate_shape=ref.shape.is_fully_defined()).op
                     assigns.append(prev)
@@ -390,21 +456,28 @@ class Saver:
         """Every variable present with its dtype and a compatible shape, or an error naming
         the variable, the shapes and the file; nothing is assigned until this passes."""
         with fmt.CheckpointReader(save_path) as r:
-            for name, ref in self._vars.items():
+            for name, spec, ref in self._entries:
+                what = f"partitioned variable '{name}'" if spec else f"variable '{name}'"
                 if not r.has_tensor(name):
                     held = sorted(r.names())
                     raise errors.NotFoundError(
-                        f"restoring from checkpoint {r.path} failed: variable '{name}' is not in it "
+                        f"restoring from checkpoint {r.path} failed: {what} is not in it "
                         f"(it holds {held[:20]}{' ...' if len(held) > 20 else ''}); no variable was modified")
                 dt = r.dtype(name)
                 if dt is not ref.dtype:
                     raise errors.InvalidArgumentError(
-                        f"restoring from checkpoint {r.path} failed: variable '{name}' has dtype {ref.dtype.name} "
+                        f"restoring from checkpoint {r.path} failed: {what} has dtype {ref.dtype.name} "
                         f"but the checkpoint holds {dt.name}; no variable was modified")
                 shape = r.shape(name)
-                if not ref.shape.is_compatible_with(shape):
+                if spec:
+                    full = checkpoint_ops.parse_slice_spec(spec)[0]
+                    if full != shape:
+                        raise errors.InvalidArgumentError(
+                            f"restoring from checkpoint {r.path} failed: {what} has full shape {full} but the "
+                            f"checkpoint holds shape {shape}; no variable was modified")
+                elif not ref.shape.is_compatible_with(shape):
                     raise errors.InvalidArgumentError(
-                        f"restoring from checkpoint {r.path} failed: variable '{name}' has shape {ref.shape} but "
+                        f"restoring from checkpoint {r.path} failed: {what} has shape {ref.shape} but "
                         f"the checkpoint holds shape {shape}; no variable was modified")
 
     def restore(self, sess, save_path):

@@ -11,7 +11,8 @@ from tensorweave.framework import dtypes
 from tensorweave.kernels import shapes as core_shapes
 from tensorweave.kernels import state as core_state
 
-FAMILIES = ("array", "math", "random", "nn", "training", "checkpoint", "io", "compression")
+FAMILIES = ("array", "math", "random", "nn", "training", "checkpoint", "io", "compression", "sparse", "sampling",
+            "indexing", "embedding")
 
 
 def register_all(registry):

@@ -1,8 +1,12 @@
 """Kernels of the fused optimizer updates (ApplyGradientDescent, ApplyMomentum, ApplyAdagrad,
-ApplyAdam, ApplyRMSProp), with TensorFlow's formulas.
+ApplyAdam, ApplyRMSProp) and of their sparse forms (SparseApplyMomentum, SparseApplyAdagrad,
+SparseApplyRMSProp, SparseApplyFtrl), with TensorFlow's formulas.
 
-Like Assign, an update never writes into the arrays it read: it stores new arrays, so values
-already handed to consumers or to the user keep theirs. The locks of the variable and its
+Like Assign, a dense update never writes into the arrays it read: it stores new arrays, so
+values already handed to consumers or to the user keep theirs. A sparse update reads and
+writes only the rows it is given, in place, copy-on-write (``tensorweave.kernels.state``:
+``validate_rows`` checks indices and shapes before anything is written, ``writable`` hands
+out the store's own array when nothing else can see it). The locks of the variable and its
 slots are held together while reading and storing (taken in a fixed order, so two updates
 sharing variables cannot deadlock), whatever ``use_locking`` says: the cost is small and a
 step then sees each variable either before or after an update, never half of one.
@@ -13,6 +17,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.kernels import state
 from tensorweave.runtime.containers import StoreUpdate
 
 CPU = "CPU"
@@ -93,6 +98,105 @@ def _factory(op_type):
     return factory
 
 
+# --- sparse forms: each formula takes the rows of the refs (gathered), the gradient's rows
+# and the scalars, and returns the new rows of every ref.
+def _sparse_momentum(attrs, rows, grad, lr, momentum):
+    var, accum = rows
+    accum = accum * momentum + grad
+    if attrs["use_nesterov"]:
+        return var - (grad * lr + accum * momentum * lr), accum
+    return var - accum * lr, accum
+
+
+def _sparse_adagrad(attrs, rows, grad, lr):
+    var, accum = rows
+    if attrs.get("update_slots", True):
+        accum = accum + grad * grad
+    return var - grad * lr / np.sqrt(accum), accum
+
+
+def _sparse_rms_prop(attrs, rows, grad, lr, rho, momentum, epsilon):
+    var, ms, mom = rows
+    one = np.ones((), dtype=var.dtype)
+    ms = ms + (grad * grad - ms) * (one - rho)
+    mom = mom * momentum + lr * grad / np.sqrt(ms + epsilon)
+    return var - mom, ms, mom
+
+
+def _sparse_ftrl(attrs, rows, grad, lr, l1, l2, lr_power):
+    var, accum, linear = rows
+    new_accum = accum + grad * grad
+    power = -lr_power
+    if lr_power == -0.5:
+        sigma = (np.sqrt(new_accum) - np.sqrt(accum)) / lr
+        new_pow = np.sqrt(new_accum)
+    else:
+        new_pow = np.power(new_accum, power)
+        sigma = (new_pow - np.power(accum, power)) / lr
+    linear = linear + grad - sigma * var
+    quadratic = new_pow / lr + 2 * l2
+    var = np.where(np.abs(linear) > l1, (np.sign(linear) * l1 - linear) / quadratic, np.zeros((), var.dtype))
+    return var, new_accum, linear
+
+
+# op -> (number of refs, position of grad, of indices, of each scalar among the other inputs, formula)
+_SPARSE_KERNELS = {
+    "SparseApplyMomentum": (2, 1, 2, (0, 3), _sparse_momentum),
+    "SparseApplyAdagrad": (2, 1, 2, (0,), _sparse_adagrad),
+    "SparseApplyRMSProp": (3, 4, 5, (0, 1, 2, 3), _sparse_rms_prop),
+    "SparseApplyFtrl": (3, 0, 1, (2, 3, 4, 5), _sparse_ftrl),
+}
+
+
+def _sparse_factory(op_type):
+    n_refs, grad_pos, idx_pos, scalar_pos, formula = _SPARSE_KERNELS[op_type]
+
+    def factory(ctx):
+        attrs = ctx.attrs
+        stores = [ctx.ref_input(i) for i in range(n_refs)]
+        guard = StoreUpdate(ctx, stores)
+        device = ctx.device
+        arg_names = [t.name for t in ctx.op.inputs[n_refs:]]
+
+        def update(*args):
+            grad, indices = args[grad_pos], args[idx_pos]
+            scalars = [args[i] for i in scalar_pos]
+            for i in scalar_pos:
+                if np.ndim(args[i]) != 0:
+                    raise ctx.error(errors.InvalidArgumentError,
+                                    f"'{arg_names[i]}' must be a scalar, got a value of shape {np.shape(args[i])}")
+            if np.ndim(indices) != 1:
+                raise ctx.error(errors.InvalidArgumentError,
+                                f"indices must be a vector, got a value of shape {np.shape(indices)}")
+            if np.ndim(grad) == 0:
+                raise ctx.error(errors.InvalidArgumentError, "grad must hold one row per index, got a scalar")
+            with guard:
+                current = [s.read() for s in stores]
+                shape = current[0].shape
+                for s, cur in zip(stores[1:], current[1:]):
+                    if cur.shape != shape:
+                        raise ctx.error(errors.InvalidArgumentError,
+                                        f"slot {s.name} of shape {cur.shape} does not match variable "
+                                        f"{stores[0].name} of shape {shape}")
+                del current, cur  # held here, they would make writable() copy
+                idx = state.validate_rows(ctx, stores[0], indices, grad, shape)
+                targets = [state.writable(s, device) for s in stores]
+                dtype = targets[0].dtype
+                if state.distinct(idx):
+                    groups = [(idx, grad)]
+                else:  # TensorFlow's kernels apply the rows in order: a repeated index twice
+                    groups = [(idx[j:j + 1], grad[j:j + 1]) for j in range(idx.size)]
+                for rows_at, g in groups:
+                    new = formula(attrs, [t[rows_at] for t in targets], g, *scalars)
+                    for t, x in zip(targets, new):
+                        t[rows_at] = np.asarray(x, dtype=dtype)
+            return targets[0]
+        return update
+    return factory
+
+
 def register(reg):
     for op_type in _KERNELS:
         reg.register(op_type, CPU, factory=_factory(op_type))
+    for op_type in _SPARSE_KERNELS:
+        reg.register(op_type, CPU, factory=_sparse_factory(op_type))
