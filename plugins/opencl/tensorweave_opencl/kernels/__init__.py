@@ -18,7 +18,7 @@ from tensorweave.kernels import state as core_state
 from tensorweave_opencl.kernels.common import ALL, OPENCL
 
 FAMILIES = ("elementwise", "reduce", "matmul", "nn", "spatial", "array", "slicing", "gather", "scan", "shapes",
-            "training", "compression")
+            "training", "compression", "scatter", "selection", "segment", "pad", "sparse")
 
 
 def register_all(registry):

@@ -1,11 +1,17 @@
-"""Gather, GatherV2 and UnsortedSegmentSum (kernels/gather.cl).
+"""Gather, GatherV2, GatherNd, UnsortedSegmentSum/Max/Min (kernels/gather.cl) and
+EmbeddingIdsCheck.
 
 Indices live on the device, so they are not checked against the range: an index outside
-it reads zeros (Gather) or is dropped (UnsortedSegmentSum), as in TensorFlow's GPU kernels;
-the CPU kernels raise InvalidArgumentError instead.
+it reads zeros (Gather, GatherV2; GatherNd: a row with any coordinate outside its dimension)
+or is dropped (UnsortedSegmentSum/Max/Min; negative ids are dropped on every device, as in
+TensorFlow), as in TensorFlow's GPU kernels; the CPU kernels raise InvalidArgumentError
+instead. EmbeddingIdsCheck exists to raise: it reads its ids to the host to check them and
+passes the device tensor through.
 """
 
 from __future__ import annotations
+
+import numpy as np
 
 from tensorweave.framework import errors
 from tensorweave.kernels.axes import norm_axis
@@ -48,11 +54,34 @@ def _gather_factory(has_axis):
     return factory
 
 
-def _segment_sum(ctx):
+# The empty segment of UnsortedSegmentMax/Min: the dtype's lowest/highest value (the CPU's).
+LOWEST = {"float": "(-FLT_MAX)", "double": "(-DBL_MAX)", "int": "INT_MIN", "long": "LONG_MIN", "uchar": "0"}
+HIGHEST = {"float": "FLT_MAX", "double": "DBL_MAX", "int": "INT_MAX", "long": "LONG_MAX", "uchar": "UCHAR_MAX"}
+
+
+def reduce_defines(kind, dt) -> dict:
+    """The COMBINE and INIT defines of a sum, max or min (gather.cl, segment.cl)."""
+    c = program.ctype(dt)
+    if kind == "sum":
+        return {}
+    # NaN propagates, as NumPy's maximum/minimum
+    nan = "isnan(v) || " if np.dtype(dt).kind == "f" else ""
+    cmp = ">" if kind == "max" else "<"
+    return {"INIT": (LOWEST if kind == "max" else HIGHEST)[c],
+            "COMBINE(a,v)": f"(({nan}(v) {cmp} (a)) ? (v) : (a))"}
+
+
+def _segment_factory(kind):
+    def factory(ctx):
+        return _segment_reduce(ctx, kind)
+    return factory
+
+
+def _segment_reduce(ctx, kind):
     dt = ctx.attrs["T"].np_dtype
     ti = ctx.attrs["Tindices"].np_dtype
     launch = launcher(ctx, "gather.cl", "segment_sum", [BUF, BUF, BUF, I32, I32, I32],
-                      {"T": program.ctype(dt), "TI": program.ctype(ti)})
+                      {"T": program.ctype(dt), "TI": program.ctype(ti), **reduce_defines(kind, dt)})
     device = ctx.device
 
     def segment_sum(data, ids, num_segments):
@@ -73,9 +102,50 @@ def _segment_sum(ctx):
     return segment_sum
 
 
+def _gather_nd(ctx):
+    dt = ctx.attrs["Tparams"].np_dtype
+    ti = ctx.attrs["Tindices"].np_dtype
+    launch = launcher(ctx, "gather.cl", "gather_nd", [BUF, BUF, BUF, I32, I32, BUF],
+                      {"T": program.ctype(dt), "TI": program.ctype(ti)})
+    device = ctx.device
+
+    def gather_nd(params, indices):
+        if indices.ndim == 0:
+            raise ctx.error(_E, "indices must be at least a vector, got a scalar")
+        k = indices.shape[-1]
+        if k > params.ndim:
+            raise ctx.error(_E, f"indices.shape[-1] = {k} must be <= the rank of the param shape "
+                                f"{list(params.shape)} ({params.ndim})")
+        out_shape = indices.shape[:-1] + params.shape[k:]
+        out = device.empty(out_shape, dt)
+        n = num_elements(out_shape)
+        if n:
+            dims = device.runtime.int_table([k, *params.shape[:k]])
+            launch.run(n, out.block.buf, params.block.buf, indices.block.buf, n, num_elements(params.shape[k:]), dims)
+        return out
+    return gather_nd
+
+
+def _ids_check(ctx):
+    device = ctx.device
+
+    def check(ids, num_ids):
+        n = int(host(num_ids))
+        flat = device.to_host(ids).reshape(-1)
+        if flat.size and (flat.min() < 0 or flat.max() >= n):
+            pos = int(np.flatnonzero((flat < 0) | (flat >= n))[0])
+            raise ctx.error(_E, f"ids[{pos}] = {int(flat[pos])} is not in [0, {n}) (the rows of the sharded table)")
+        return ids
+    return check
+
+
 def register(reg):
     reg.register("Gather", OPENCL, factory=_gather_factory(False), constraints={"Tparams": ALL, "Tindices": INDEX})
     reg.register("GatherV2", OPENCL, factory=_gather_factory(True), constraints={"Tparams": ALL, "Tindices": INDEX},
                  host_memory=("axis",))
-    reg.register("UnsortedSegmentSum", OPENCL, factory=_segment_sum, constraints={"T": NUMERIC, "Tindices": INDEX},
-                 host_memory=("num_segments",))
+    reg.register("GatherNd", OPENCL, factory=_gather_nd, constraints={"Tparams": ALL, "Tindices": INDEX})
+    for kind in ("sum", "max", "min"):
+        reg.register(f"UnsortedSegment{kind.title()}", OPENCL, factory=_segment_factory(kind),
+                     constraints={"T": NUMERIC, "Tindices": INDEX}, host_memory=("num_segments",))
+    reg.register("EmbeddingIdsCheck", OPENCL, factory=_ids_check, constraints={"Tindices": INDEX},
+                 host_memory=("num_ids",))

@@ -76,3 +76,110 @@ __kernel void rms_prop(__global T* new_var, __global T* new_ms, __global T* new_
     new_mom[i] = mo;
     new_var[i] = var[i] - mo;
 }
+
+// ---------------------------------------------------------------------------------------
+// The sparse forms (SparseApply*): var and its slots updated IN PLACE at the rows the host
+// grouped (kernels/scatter.py, row_groups: g = [rows[m], off[m + 1], order[n]]). One work
+// item per (distinct row, column) applies that row's gradient slices in their order, so a
+// repeated index is applied twice, one after the other, as TensorFlow's kernels do; no
+// other row is read or written.
+#define SPARSE_ITEM                                             \
+    int i = get_global_id(0);                                   \
+    if (i >= n) return;                                         \
+    const int r = i / inner;                                    \
+    const int k = i - r * inner;                                \
+    __global const int* off = g + m;                            \
+    __global const int* order = g + 2 * m + 1;                  \
+    const long t = (long)g[r] * inner + k;
+#define GRAD(p) grad[(long)order[p] * inner + k]
+
+#ifndef UPDATE_SLOTS
+#define UPDATE_SLOTS 1
+#endif
+
+__kernel void sparse_momentum(__global T* var, __global T* accum, __global const T* lr,
+                              __global const T* grad, __global const T* momentum,
+                              __global const int* g, const int m, const int inner, const int n)
+{
+    SPARSE_ITEM
+    T v = var[t], a = accum[t];
+    for (int p = off[r]; p < off[r + 1]; ++p) {
+        const T gr = GRAD(p);
+        a = a * momentum[0] + gr;
+#if NESTEROV
+        v = v - (gr * lr[0] + a * momentum[0] * lr[0]);
+#else
+        v = v - a * lr[0];
+#endif
+    }
+    var[t] = v;
+    accum[t] = a;
+}
+
+__kernel void sparse_adagrad(__global T* var, __global T* accum, __global const T* lr,
+                             __global const T* grad, __global const int* g, const int m, const int inner,
+                             const int n)
+{
+    SPARSE_ITEM
+    T v = var[t], a = accum[t];
+    for (int p = off[r]; p < off[r + 1]; ++p) {
+        const T gr = GRAD(p);
+#if UPDATE_SLOTS
+        a = a + gr * gr;
+#endif
+        v = v - gr * lr[0] / sqrt(a);
+    }
+    var[t] = v;
+    accum[t] = a;
+}
+
+__kernel void sparse_rms_prop(__global T* var, __global T* ms, __global T* mom, __global const T* lr,
+                              __global const T* rho, __global const T* momentum, __global const T* epsilon,
+                              __global const T* grad, __global const int* g, const int m, const int inner,
+                              const int n)
+{
+    SPARSE_ITEM
+    const T one = 1;
+    T v = var[t], s = ms[t], mo = mom[t];
+    for (int p = off[r]; p < off[r + 1]; ++p) {
+        const T gr = GRAD(p);
+        s = s + (gr * gr - s) * (one - rho[0]);
+        mo = mo * momentum[0] + lr[0] * gr / sqrt(s + epsilon[0]);
+        v = v - mo;
+    }
+    var[t] = v;
+    ms[t] = s;
+    mom[t] = mo;
+}
+
+// FTRL-proximal (TensorFlow's ApplyFtrl formula; lr_power -0.5 takes square roots).
+__kernel void sparse_ftrl(__global T* var, __global T* accum, __global T* linear, __global const T* grad,
+                          __global const T* lr, __global const T* l1, __global const T* l2,
+                          __global const T* lr_power, __global const int* g, const int m, const int inner,
+                          const int n)
+{
+    SPARSE_ITEM
+    const T minus_half = (T)-0.5;
+    const T lp = lr_power[0];
+    T v = var[t], a = accum[t], li = linear[t];
+    for (int p = off[r]; p < off[r + 1]; ++p) {
+        const T gr = GRAD(p);
+        const T na = a + gr * gr;
+        T new_pow, sigma;
+        if (lp == minus_half) {
+            new_pow = sqrt(na);
+            sigma = (new_pow - sqrt(a)) / lr[0];
+        } else {
+            new_pow = pow(na, -lp);
+            sigma = (new_pow - pow(a, -lp)) / lr[0];
+        }
+        li = li + gr - sigma * v;
+        const T quadratic = new_pow / lr[0] + (T)2 * l2[0];
+        const T sgn = li > (T)0 ? (T)1 : (li < (T)0 ? (T)-1 : (T)0);
+        v = fabs(li) > l1[0] ? (sgn * l1[0] - li) / quadratic : (T)0;
+        a = na;
+    }
+    var[t] = v;
+    accum[t] = a;
+    linear[t] = li;
+}

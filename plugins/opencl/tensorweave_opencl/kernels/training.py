@@ -1,17 +1,28 @@
 """Fused optimizer updates on the device (kernels/training.cl): ApplyGradientDescent,
-ApplyMomentum, ApplyAdagrad, ApplyAdam, ApplyRMSProp.
+ApplyMomentum, ApplyAdagrad, ApplyAdam, ApplyRMSProp, and the sparse forms
+SparseApplyMomentum, SparseApplyAdagrad, SparseApplyRMSProp, SparseApplyFtrl.
 
-As on the CPU, an update stores fresh tensors rather than writing into the ones it read,
-and holds the locks of the variable and its slots together (in a fixed order) while it
-reads and stores them. Hyper-parameters stay on the device: no step waits for the host.
+As on the CPU, a dense update stores fresh tensors rather than writing into the ones it
+read, and every update holds the locks of the variable and its slots together (in a fixed
+order) while it reads and stores them. Hyper-parameters stay on the device: no step waits
+for the host.
+
+A sparse update writes the rows of its indices in place, copy-on-write
+(``tensorweave.kernels.state``: ``validate_rows`` first, then ``writable`` with the device's
+``CLRows``), and touches no other row. Its indices are read in host memory: an index out of
+range is an InvalidArgumentError as on the CPU (nothing written), and the host groups
+repeated indices by row so that one work item applies a row's slices in order (no atomics;
+TensorFlow's semantics: a repeated index is applied twice).
 """
 
 from __future__ import annotations
 
 from tensorweave.framework import errors
+from tensorweave.kernels import state
 from tensorweave.runtime.containers import StoreUpdate
 from tensorweave_opencl import program
-from tensorweave_opencl.kernels.common import BUF, FLOAT, I32, OPENCL, launcher, num_elements
+from tensorweave_opencl.kernels.common import BUF, FLOAT, I32, INDEX, OPENCL, host, launcher, num_elements
+from tensorweave_opencl.kernels.scatter import CLRows, row_groups
 
 # op -> (kernel, number of ref inputs, index of the gradient among the other inputs)
 KERNELS = {
@@ -59,6 +70,68 @@ def _factory(op_type):
     return factory
 
 
+# op -> (kernel, number of ref inputs, index of the gradient, of the indices among the others)
+SPARSE_KERNELS = {
+    "SparseApplyMomentum": ("sparse_momentum", 2, 1, 2),
+    "SparseApplyAdagrad": ("sparse_adagrad", 2, 1, 2),
+    "SparseApplyRMSProp": ("sparse_rms_prop", 3, 4, 5),
+    "SparseApplyFtrl": ("sparse_ftrl", 3, 0, 1),
+}
+
+
+def _sparse_factory(op_type):
+    kernel, n_refs, grad_index, idx_index = SPARSE_KERNELS[op_type]
+
+    def factory(ctx):
+        attrs = ctx.attrs
+        dt = attrs["T"].np_dtype
+        n_other = len(ctx.op.inputs) - n_refs - 1
+        defines = {"T": program.ctype(dt), "NESTEROV": int(bool(attrs.get("use_nesterov", False))),
+                   "UPDATE_SLOTS": int(bool(attrs.get("update_slots", True)))}
+        launch = launcher(ctx, "training.cl", kernel, [BUF] * (n_refs + n_other) + [BUF, I32, I32, I32], defines)
+        stores = [ctx.ref_input(i) for i in range(n_refs)]
+        guard = StoreUpdate(ctx, stores)
+        rows = CLRows(ctx)
+        arg_names = [t.name for t in ctx.op.inputs[n_refs:]]
+        device = ctx.device
+
+        def update(*args):
+            grad, indices = args[grad_index], host(args[idx_index])
+            others = [a for i, a in enumerate(args) if i != idx_index]
+            for i, (name, a) in enumerate(zip(arg_names, args)):
+                if i not in (grad_index, idx_index) and a.shape != ():
+                    raise ctx.error(errors.InvalidArgumentError,
+                                    f"'{name}' must be a scalar, got a value of shape {a.shape}")
+            if indices.ndim != 1:
+                raise ctx.error(errors.InvalidArgumentError,
+                                f"indices must be a vector, got a value of shape {indices.shape}")
+            if grad.ndim == 0:
+                raise ctx.error(errors.InvalidArgumentError, "grad must hold one row per index, got a scalar")
+            with guard:
+                current = [s.read() for s in stores]
+                shape = tuple(current[0].shape)
+                for s, cur in zip(stores[1:], current[1:]):
+                    if tuple(cur.shape) != shape:
+                        raise ctx.error(errors.InvalidArgumentError,
+                                        f"slot {s.name} of shape {cur.shape} does not match variable "
+                                        f"{stores[0].name} of shape {shape}")
+                del current, cur  # held here, they would make writable() copy
+                idx = state.validate_rows(ctx, stores[0], indices, grad, shape)
+                targets = [state.writable(s, device, rows) for s in stores]
+                inner = num_elements(shape[1:])
+                if idx.size and inner:
+                    table, m = row_groups(device, idx)
+                    n = m * inner
+                    launch.run(n, *[t.block.buf for t in targets], *[a.block.buf for a in others],
+                               table.block.buf, m, inner, n)
+            return targets[0]
+        return update
+    return factory
+
+
 def register(reg):
     for op_type in KERNELS:
         reg.register(op_type, OPENCL, factory=_factory(op_type), constraints={"T": FLOAT})
+    for op_type in SPARSE_KERNELS:
+        reg.register(op_type, OPENCL, factory=_sparse_factory(op_type), constraints={"T": FLOAT, "Tindices": INDEX},
+                     host_memory=("indices",))
