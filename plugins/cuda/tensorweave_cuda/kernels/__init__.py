@@ -1,11 +1,13 @@
-"""The CUDA kernels: CUDA C sources (``*.cu``, sharing ``common.cuh``), the catalog that
-names them (``catalog.py``) and the Python side of each op family, which plans a launch and
-calls a compiled function (``elementwise.py``, ``reduction.py``, ``nn.py``, ``array.py``,
-``training.py``, ``matmul.py``, ``conv.py``, ``pooling.py``, ``random.py``,
-``compression.py``). Variables, the shape-only kernels and NoOp are the core's
+"""The CUDA kernels: CUDA C sources (``*.cu``, sharing ``common.cuh`` and ``atomics.cuh``),
+the catalog that names them (``catalog.py``) and the Python side of each op family, which
+plans a launch and calls a compiled function (``elementwise.py``, ``reduction.py``,
+``nn.py``, ``array.py``, ``training.py``, ``matmul.py``, ``conv.py``, ``pooling.py``,
+``random.py``, ``compression.py``, ``indexing.py``; ``rows.py``: in-place row updates of
+variables). Variables, the shape-only kernels and NoOp are the core's
 (``tensorweave.kernels``), registered for every device type and the dtypes every device
 holds, which are all the dtypes this device computes with (``catalog.ALL``; it also holds
-uint16, only as the compressed form of transfers).
+uint16, only as the compressed form of transfers); ``rows.py`` registers this device's own
+Scatter kernels ahead of the core's (which go through the host).
 
 Sources are compiled at run time by PyCUDA's ``SourceModule`` (one module per file and
 defines, see ``program.py``) and to PTX by the tests wherever ``nvcc`` exists. Importing this
@@ -25,7 +27,7 @@ from tensorweave_cuda.kernels import catalog
 
 KERNEL_DIR = Path(__file__).resolve().parent
 FAMILIES = ("elementwise", "reduction", "nn", "array", "training", "matmul", "conv", "pooling", "random",
-            "compression")
+            "compression", "indexing", "rows")
 # Families whose kernels call cuBLAS: registered only where it loaded.
 BLAS_FAMILIES = ("matmul", "conv")
 _INCLUDE = re.compile(r'^#include "([\w.]+)"\s*$', re.M)

@@ -294,6 +294,17 @@ TRAINING_SIGS = {
     "ApplyMomentum": ("apply_momentum", "PPPPPPPqi"),
     # var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad, var_out, m_out, v_out, n, nesterov
     "ApplyAdam": ("apply_adam", "PPPPPPPPPPPPPqi"),
+    # The sparse forms write the rows in place. After the op's inputs (indices left out: the
+    # host groups them): rows (the distinct rows), starts (their runs of positions, or null),
+    # order (positions in index order, or null), n (rows * inner), inner (a row's elements).
+    # var, accum, lr, grad, momentum, rows, starts, order, n, inner, use_nesterov
+    "SparseApplyMomentum": ("sparse_apply_momentum", "PPPPPPPPqqi"),
+    # var, accum, lr, grad, rows, starts, order, n, inner, update_slots
+    "SparseApplyAdagrad": ("sparse_apply_adagrad", "PPPPPPPqqi"),
+    # var, ms, mom, lr, rho, momentum, epsilon, grad, rows, starts, order, n, inner
+    "SparseApplyRMSProp": ("sparse_apply_rms_prop", "PPPPPPPPPPPqq"),
+    # var, accum, linear, grad, lr, l1, l2, lr_power, rows, starts, order, n, inner
+    "SparseApplyFtrl": ("sparse_apply_ftrl", "PPPPPPPPPPPqq"),
 }
 
 
@@ -306,6 +317,59 @@ def training_kernel(op: str, dt: DType) -> KernelRef:
 
 def training_kernels() -> list[KernelRef]:
     return [training_kernel(op, DTYPES[t]) for op in TRAINING_SIGS for t in FLOAT]
+
+
+# ---------------------------------------------------------------------------------------
+# indexing.cu: one module per dtype (elementwise.cu's defines). Functions that read indices on
+# the device come in one variant per index dtype: tw_gather_i32_f32, tw_gather_i64_f32.
+INDEX_DTYPES = INT
+# kernel -> (signature, dtypes, takes device-side indices)
+INDEXING = {
+    "gather": ("PPPqqqq", ALL, True),                    # params, indices, out, n, n_idx, axis_dim, inner
+    "gather_nd": ("PPPqqX", ALL, True),                  # params, indices, out, n, slice, K dims/strides of params
+    "one_hot": ("PPPPqqq", ALL, True),                   # indices, on, off, out, n, depth, inner
+    "unsorted_segment_sum": ("PPPqqq", NUMERIC, True),   # data, ids, out, n, inner, num_segments
+    "unsorted_segment_max": ("PPPqqq", NUMERIC, True),
+    "unsorted_segment_min": ("PPPqqq", NUMERIC, True),
+    "scatter_nd_add": ("PPPqqX", NUMERIC, True),         # indices, updates, out, n, slice, K dims/strides of out
+    "in_top_k": ("PPPqqq", FLOAT, True),                 # predictions, targets, out, rows, classes, k
+    # a_indices, a_values, b, out, nnz * n, n, m, k (op(A) is m x k), adjoint_a, adjoint_b
+    "sparse_dense_matmul": ("PPPPqqqqii", FLOAT, True),
+    "select": ("PPPPqq", ALL, False),                    # condition, t, e, out, n, inner
+    "pad": ("PPPqiY", ALL, False),                       # x, out, value, n, mode, (out dims, in dims, before)
+    # target, rows, starts, order, updates, n, inner, scalar, kind (SCATTER_KINDS)
+    "scatter_rows": ("PPPPPqqii", ALL, False),
+    "segment_reduce": ("PPPPPqqi", NUMERIC, False),      # data, rows, starts, segs, out, n, inner, kind
+    "top_k": ("PPPqqq", NUMERIC, False),                 # x, values, indices, rows, n, k
+    "mirror_pad_grad": ("PPqiY", NUMERIC, False),        # g, out, n, mode, (out dims, g dims, before)
+    "segment_grad": ("PPPPPPPqq", FLOAT, False),         # grad, segs, div, rows, starts, order, out, n, inner
+}
+SCATTER_KINDS = {"update": 0, "add": 1, "sub": 2, "mul": 3, "div": 4, "min": 5, "max": 6}
+SEGMENT_KINDS = {"sum": 0, "mean": 1, "sqrtn": 2, "max": 3, "min": 4}
+PAD_MODES = {"CONSTANT": 0, "REFLECT": 1, "SYMMETRIC": 2}
+
+
+def indexing_kernel(base: str, dt: DType, index: DType | None = None) -> KernelRef:
+    """``index``: the dtype of the device-side indices, for the kernels that take them."""
+    sig, allowed, indexed = INDEXING[base]
+    if dt.name not in allowed:
+        raise KeyError(f"no CUDA {base} kernel for {dt.name}")
+    if indexed:
+        if index is None or index.name not in INDEX_DTYPES:
+            raise KeyError(f"the CUDA {base} kernel takes int32 or int64 indices, not {index and index.name}")
+        name = f"tw_{base}_{index.suffix}_{dt.suffix}"
+    else:
+        name = f"tw_{base}_{dt.suffix}"
+    return KernelRef("indexing.cu", elementwise_defines(dt), name, sig)
+
+
+def indexing_kernels(dt: DType) -> list[KernelRef]:
+    out = []
+    for base, (_, allowed, indexed) in INDEXING.items():
+        if dt.name in allowed:
+            out += ([indexing_kernel(base, dt, DTYPES[i]) for i in INDEX_DTYPES] if indexed
+                    else [indexing_kernel(base, dt)])
+    return out
 
 
 # ---------------------------------------------------------------------------------------
@@ -410,6 +474,8 @@ def all_kernels() -> list[KernelRef]:
         out += elementwise_kernels(DTYPES[name])
     for name in REDUCE_DTYPES:
         out += reduce_kernels(DTYPES[name])
+    for name in ALL:
+        out += indexing_kernels(DTYPES[name])
     return (out + cast_kernels() + arg_kernels() + softmax_kernels() + training_kernels() + conv_kernels()
             + pool_kernels() + random_kernels() + compression_kernels())
 

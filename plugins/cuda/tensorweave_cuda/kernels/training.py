@@ -1,15 +1,26 @@
 """Fused optimizer updates on the GPU (``training.cu``): ApplyGradientDescent, ApplyMomentum,
-ApplyAdam. Each writes new buffers for the variable and its slots and stores them, as every
-device's variable updates do (``tensorweave/kernels/state.py``): values already handed to
-consumers or fetched keep theirs, and a failed update leaves the variable as it was. The
-locks of the variable and its slots are held together around read-compute-store.
+ApplyAdam, and the sparse forms SparseApplyMomentum, SparseApplyAdagrad, SparseApplyRMSProp,
+SparseApplyFtrl.
+
+The dense updates write new buffers for the variable and its slots and store them, as every
+device's whole-value updates do (``tensorweave/kernels/state.py``): values already handed to
+consumers or fetched keep theirs, and a failed update leaves the variable as it was.
+
+The sparse updates touch only the rows at ``indices``, in place: ``state.validate_rows``
+checks the indices (host memory) and the gradient's shape before anything is written (an
+InvalidArgumentError as on the CPU, variables unchanged), ``state.writable`` makes the
+stores' buffers their own (copy-on-write, ``rows.GPU_ROWS``), and one kernel updates the
+variable and its slots row by row. Repeated indices are applied one after the other in
+their order (``rows.groups``), as the CPU kernels and TensorFlow's do. The locks of the
+variable and its slots are held together around read-compute-store in both forms.
 """
 
 from __future__ import annotations
 
+from tensorweave.kernels import state
 from tensorweave.runtime.containers import StoreUpdate
-from tensorweave_cuda.kernels import catalog
-from tensorweave_cuda.kernels.util import E, launch
+from tensorweave_cuda.kernels import catalog, rows
+from tensorweave_cuda.kernels.util import E, host, launch
 from tensorweave_cuda.kernels.util import register as reg_kernel
 
 # op -> (ref inputs: the variable, then its slots; index of the gradient among the others)
@@ -53,6 +64,61 @@ def _training(op):
     return factory
 
 
+# op -> (ref inputs; among the others: position of grad, of indices; the int attr passed last)
+_SPARSE = {
+    "SparseApplyMomentum": (2, 1, 2, "use_nesterov"),
+    "SparseApplyAdagrad": (2, 1, 2, "update_slots"),
+    "SparseApplyRMSProp": (3, 4, 5, None),
+    "SparseApplyFtrl": (3, 0, 1, None),
+}
+
+
+def _sparse_training(op):
+    n_refs, grad_pos, idx_pos, flag = _SPARSE[op]
+
+    def factory(ctx):
+        dev = ctx.device
+        ref = catalog.training_kernel(op, catalog.dtype(ctx.attrs["T"]))
+        stores = [ctx.ref_input(i) for i in range(n_refs)]
+        guard = StoreUpdate(ctx, stores)
+        names = [t.name for t in ctx.op.inputs[n_refs:]]
+        extra = () if flag is None else (int(bool(ctx.attrs.get(flag, flag == "update_slots"))),)
+
+        def apply(*args):
+            grad, indices = args[grad_pos], host(dev, args[idx_pos])
+            others = [a for i, a in enumerate(args) if i != idx_pos]
+            for i, (name, a) in enumerate(zip(names, args)):
+                if i not in (grad_pos, idx_pos) and a.size != 1:
+                    raise ctx.error(E, f"{name} must be a scalar, got shape {a.shape}")
+            if indices.ndim != 1:
+                raise ctx.error(E, f"indices must be a vector, got a value of shape {indices.shape}")
+            if grad.ndim == 0:
+                raise ctx.error(E, "grad must hold one row per index, got a scalar")
+            with guard:
+                # Shapes only: a reference to a value held here would make writable() copy it.
+                shapes = [tuple(s.read().shape) for s in stores]
+                shape = shapes[0]
+                for s, sh in zip(stores[1:], shapes[1:]):
+                    if sh != shape:
+                        raise ctx.error(E, f"slot {s.name} of shape {sh} does not match variable "
+                                           f"{stores[0].name} of shape {shape}")
+                idx = state.validate_rows(ctx, stores[0], indices, grad, shape)
+                targets = [state.writable(s, dev, rows.GPU_ROWS) for s in stores]
+                inner = targets[0].size // shape[0] if shape[0] else 0
+                if idx.size and inner:
+                    at, starts, order = rows.groups(idx)
+                    r, st, o = rows.upload(dev, at), rows.upload(dev, starts), rows.upload(dev, order)
+                    n = at.size * inner
+                    launch(dev, ref, n, *[t.ptr for t in targets], *[a.ptr for a in others], r.ptr, rows.ptr(st),
+                           rows.ptr(o), n, inner, *extra)
+            return targets[0]
+        return apply
+    return factory
+
+
 def register(reg, device_type):
     for op in _TRAINING:
         reg_kernel(reg, op, device_type, _training(op), catalog.FLOAT)
+    for op in _SPARSE:
+        reg_kernel(reg, op, device_type, _sparse_training(op), catalog.FLOAT,
+                   constraints={"Tindices": list(catalog.INDEX_DTYPES)}, host_memory=("indices",))

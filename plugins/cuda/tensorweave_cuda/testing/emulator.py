@@ -44,6 +44,11 @@ SHIM = Path(__file__).resolve().parent / "emu.h"
 # sleep, not spin (read by libgomp when it loads, i.e. with the first compiled module).
 os.environ.setdefault("OMP_WAIT_POLICY", "passive")
 CXX_ENV = "TENSORWEAVE_CUDA_EMU_CXX"
+# One kernel runs at a time in the process, as on a GPU's one stream: a module's blockDim,
+# gridDim and __shared__ arrays are statics of its shared library (loaded once per process,
+# whichever emulated device asks), so two kernels launched from two executor threads at once
+# would share them.
+_LAUNCH_LOCK = threading.Lock()
 _CTYPES = {"P": ctypes.c_void_p, "q": ctypes.c_longlong, "i": ctypes.c_int, "d": ctypes.c_double,
            "f": ctypes.c_float, "B": ctypes.c_ubyte}
 _CDECL = {"P": "void*", "q": "long long", "i": "int", "d": "double", "f": "float", "B": "unsigned char",
@@ -362,7 +367,8 @@ class EmuDriver:
                 or tuple(block[1:]) not in ((), (1,), (1, 1)):
             raise LaunchError(f"grid {tuple(grid)}, block {tuple(block)}: invalid launch configuration "
                               "(emulated CUDA_ERROR_INVALID_VALUE)")
-        rc = function.fn(gx, bx, *function.pack(args))
+        with _LAUNCH_LOCK:
+            rc = function.fn(gx, bx, *function.pack(args))
         if rc:
             raise LaunchError(f"grid {tuple(grid)}, block {tuple(block)}: the OpenMP runtime did not give "
                               f"{bx} threads per block (emulator)")
