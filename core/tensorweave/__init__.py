@@ -58,6 +58,7 @@ from tensorweave.ops.array_ops import concat
 from tensorweave.ops.nn_ops import *  # noqa: F401,F403
 from tensorweave.ops.random_ops import *  # noqa: F401,F403
 from tensorweave.ops.sparse_ops import *  # noqa: F401,F403
+from tensorweave.ops.string_ops import *  # noqa: F401,F403  (string hashing, as_string, sparse crosses)
 from tensorweave.ops.state_ops import assign, assign_add, assign_sub, is_variable_initialized
 from tensorweave.ops.state_ops import (
     scatter_add, scatter_div, scatter_max, scatter_min, scatter_mul, scatter_nd_add, scatter_nd_update, scatter_sub,

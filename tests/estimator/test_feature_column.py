@@ -1,5 +1,6 @@
 """tw.feature_column: dense and categorical columns in input_layer and linear_model, checked
-against NumPy, and the errors for what is missing or not provided."""
+against NumPy, and the errors for what is missing or wrong (sparse inputs, hashing, embeddings:
+test_sparse_feature_columns.py)."""
 
 import numpy as np
 import pytest
@@ -57,9 +58,10 @@ def test_vocabulary_and_identity_columns_as_indicators():
     # sorted by name: code_indicator, then color_indicator; unknown and missing values give zero rows
     np.testing.assert_array_equal(out[:, :4], [[0, 0, 0, 1], [1, 0, 0, 0], [0, 0, 0, 0], [0, 0, 1, 0]])
     np.testing.assert_array_equal(out[:, 4:], [[0, 0, 1], [1, 0, 0], [0, 0, 0], [0, 0, 0]])
+    # "" is a missing value, dropped before the lookup whatever the default_value (as TF1)
     with_default = fc.categorical_column_with_vocabulary_list("color", ["red", "green"], default_value=1)
     np.testing.assert_array_equal(_run(fc.input_layer(features, [fc.indicator_column(with_default)])),
-                                  [[0, 1], [1, 0], [0, 1], [0, 1]])
+                                  [[0, 1], [1, 0], [0, 1], [0, 0]])
 
 
 def test_identity_column_out_of_range_fails_the_step():
@@ -117,12 +119,12 @@ def test_errors_name_what_was_expected():
         fc.input_layer({"a": tw.constant([1.0])}, [fc.numeric_column("a"), fc.numeric_column("a")])
     with pytest.raises(tw.errors.InvalidArgumentError, match="dtype must be convertible to float"):
         fc.numeric_column("s", dtype=tw.string)
-    with pytest.raises(tw.errors.UnimplementedError, match="issue, 11.*indicator_column"):
-        fc.embedding_column(fc.categorical_column_with_identity("c", 2), dimension=4)
-    with pytest.raises(tw.errors.UnimplementedError, match="sparse"):
-        fc.categorical_column_with_hash_bucket("c", 10)
-    with pytest.raises(tw.errors.UnimplementedError, match="num_oov_buckets"):
-        fc.categorical_column_with_vocabulary_list("c", ["a"], num_oov_buckets=2)
+    with pytest.raises(tw.errors.InvalidArgumentError, match="invalid dimension 0"):
+        fc.embedding_column(fc.categorical_column_with_identity("c", 2), dimension=0)
+    with pytest.raises(tw.errors.InvalidArgumentError, match="hash_bucket_size must be an int >= 1"):
+        fc.categorical_column_with_hash_bucket("c", 0)
+    with pytest.raises(tw.errors.InvalidArgumentError, match="both num_oov_buckets and default_value"):
+        fc.categorical_column_with_vocabulary_list("c", ["a"], default_value=0, num_oov_buckets=2)
 
 
 def test_columns_are_hashable_values():

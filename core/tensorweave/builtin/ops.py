@@ -30,6 +30,7 @@ from tensorweave.ops import (
     sparse_grad,
     sparse_ops,
     state_ops,
+    string_ops,
     summary_ops,
     training_ops,
 )
@@ -40,7 +41,7 @@ from tensorweave.plugins import hookimpl
 FAMILIES = (constant_op, array_ops, math_ops, random_ops, state_ops, control_flow_primitives, control_flow_ops,
             nn_ops, training_ops, data_flow_ops, dataset_ops, checkpoint_ops, io_ops, accumulator_ops,
             compression_ops, mutex_ops, summary_ops, fusion_ops, sparse_ops, candidate_sampling_ops,
-            indexing_ops, embedding_ops)
+            indexing_ops, embedding_ops, string_ops)
 # Gradient modules: ``register_ops`` (helper ops gradients need) and ``register_gradients``.
 GRADIENTS = (math_grad, array_grad, nn_grad, control_flow_grad, sparse_grad, indexing_grad, embedding_grad)
 

@@ -21,6 +21,11 @@ callable returning one, or a name (``'Adagrad'``, ``'Adam'``, ``'Ftrl'``, ``'RMS
 ``'SGD'``) with TF1's default learning rates (0.05 for DNNs; ``min(0.2, 1/sqrt(#columns))``
 for linear models). ``FtrlOptimizer`` (the linear models' default, FTRL-proximal as TF1's
 ``ApplyFtrl``) is built here from ordinary ops, since ``tw.train`` has no fused kernel for it.
+
+Sparse features reach the DNNs through ``embedding_column``/``indicator_column`` and the
+linear models directly (``tw.feature_column``). ``input_layer_partitioner`` (DNNs) and
+``partitioner`` (linear models) are the partitioners of the variable scopes
+``dnn/input_from_feature_columns`` and ``linear``; without one nothing is partitioned.
 """
 
 from __future__ import annotations
@@ -292,9 +297,10 @@ def _check_features(features, who):
                  f"given {type(features).__name__}" + (f" '{features.name}'" if isinstance(features, Tensor) else ""))
 
 
-def _dnn_logits(features, mode, hidden_units, feature_columns, logits_dimension, activation_fn, dropout):
+def _dnn_logits(features, mode, hidden_units, feature_columns, logits_dimension, activation_fn, dropout,
+               input_layer_partitioner=None):
     with vs.variable_scope("dnn"):
-        with vs.variable_scope("input_from_feature_columns"):
+        with vs.variable_scope("input_from_feature_columns", partitioner=input_layer_partitioner):
             net = fc.input_layer(features, feature_columns)
         for i, units in enumerate(hidden_units):
             net = layers.dense(net, units, activation=activation_fn,
@@ -305,9 +311,15 @@ def _dnn_logits(features, mode, hidden_units, feature_columns, logits_dimension,
                             kernel_initializer=init_ops.glorot_uniform_initializer(), name="logits")
 
 
-def _linear_logits(features, feature_columns, logits_dimension, sparse_combiner):
-    with vs.variable_scope("linear"):
+def _linear_logits(features, feature_columns, logits_dimension, sparse_combiner, partitioner=None):
+    with vs.variable_scope("linear", partitioner=partitioner):
         return fc.linear_model(features, feature_columns, units=logits_dimension, sparse_combiner=sparse_combiner)
+
+
+def _check_partitioner(partitioner, what, who):
+    if partitioner is not None and not callable(partitioner):
+        raise _E(f"{who}: {what} must be a partitioner (a callable, e.g. tw.fixed_size_partitioner(2)), given "
+                 f"{partitioner!r}")
 
 
 def _check_dnn_args(hidden_units, dropout, batch_norm, input_layer_partitioner, who):
@@ -321,8 +333,7 @@ def _check_dnn_args(hidden_units, dropout, batch_norm, input_layer_partitioner, 
         raise _E(f"{who}: dropout must be a probability in [0, 1), given {dropout!r}")
     if batch_norm:
         raise errors.UnimplementedError(f"{who}: batch_norm=True is not supported")
-    if input_layer_partitioner is not None:
-        raise errors.UnimplementedError(f"{who}: input_layer_partitioner is not supported (no partitioned variables)")
+    _check_partitioner(input_layer_partitioner, "input_layer_partitioner", who)
     return units
 
 
@@ -330,20 +341,23 @@ class _DNN(Estimator):
     _default_lr = 0.05
 
     def __init__(self, head, hidden_units, feature_columns, model_dir, optimizer, activation_fn, dropout, config,
-                 warm_start_from, who):
+                 warm_start_from, who, input_layer_partitioner=None):
         cols = _check_feature_columns(feature_columns, who)
 
         def model_fn(features, labels, mode, config):
             _check_features(features, who)
-            logits = _dnn_logits(features, mode, hidden_units, cols, head.logits_dimension, activation_fn, dropout)
+            logits = _dnn_logits(features, mode, hidden_units, cols, head.logits_dimension, activation_fn, dropout,
+                                 input_layer_partitioner)
             return head.create_estimator_spec(
                 features, mode, logits, labels, lambda: _optimizer_instance(optimizer, self._default_lr, who))
         super().__init__(model_fn, model_dir=model_dir, config=config, warm_start_from=warm_start_from)
 
 
 class DNNClassifier(_DNN):
-    """A feed-forward network classifier over ``feature_columns`` (dense columns):
-    ``hidden_units`` fully connected layers with ``activation_fn``, then logits."""
+    """A feed-forward network classifier over ``feature_columns`` (dense columns: numeric,
+    bucketized, indicator and embedding columns): ``hidden_units`` fully connected layers with
+    ``activation_fn``, then logits. ``input_layer_partitioner`` partitions the input layer's
+    variables (the embedding tables, ``dnn/input_from_feature_columns/...``)."""
 
     def __init__(self, hidden_units, feature_columns, model_dir=None, n_classes=2, weight_column=None,
                  label_vocabulary=None, optimizer="Adagrad", activation_fn=nn_ops.relu, dropout=None,
@@ -353,7 +367,7 @@ class DNNClassifier(_DNN):
         units = _check_dnn_args(hidden_units, dropout, batch_norm, input_layer_partitioner, who)
         head = _classifier_head(n_classes, weight_column, label_vocabulary, loss_reduction, who)
         super().__init__(head, units, feature_columns, model_dir, optimizer, activation_fn, dropout, config,
-                         warm_start_from, who)
+                         warm_start_from, who, input_layer_partitioner)
 
 
 class DNNRegressor(_DNN):
@@ -366,29 +380,30 @@ class DNNRegressor(_DNN):
         units = _check_dnn_args(hidden_units, dropout, batch_norm, input_layer_partitioner, who)
         head = _regression_head(label_dimension, weight_column, loss_reduction, who)
         super().__init__(head, units, feature_columns, model_dir, optimizer, activation_fn, dropout, config,
-                         warm_start_from, who)
+                         warm_start_from, who, input_layer_partitioner)
 
 
 class _Linear(Estimator):
     def __init__(self, head, feature_columns, model_dir, optimizer, config, partitioner, warm_start_from,
                  sparse_combiner, who):
         cols = _check_feature_columns(feature_columns, who)
-        if partitioner is not None:
-            raise errors.UnimplementedError(f"{who}: partitioner is not supported (no partitioned variables)")
+        _check_partitioner(partitioner, "partitioner", who)
         if sparse_combiner not in ("sum", "mean", "sqrtn"):
             raise _E(f"{who}: sparse_combiner must be 'sum', 'mean' or 'sqrtn', given {sparse_combiner!r}")
         lr = min(0.2, 1.0 / math.sqrt(len(cols)))
 
         def model_fn(features, labels, mode, config):
             _check_features(features, who)
-            logits = _linear_logits(features, cols, head.logits_dimension, sparse_combiner)
+            logits = _linear_logits(features, cols, head.logits_dimension, sparse_combiner, partitioner)
             return head.create_estimator_spec(features, mode, logits, labels,
                                               lambda: _optimizer_instance(optimizer, lr, who))
         super().__init__(model_fn, model_dir=model_dir, config=config, warm_start_from=warm_start_from)
 
 
 class LinearClassifier(_Linear):
-    """A linear (logistic / softmax regression) classifier over ``feature_columns``."""
+    """A linear (logistic / softmax regression) classifier over ``feature_columns`` (dense
+    and categorical columns; a categorical column's ids pick rows of its weights, combined by
+    ``sparse_combiner``). ``partitioner`` partitions the weights (``linear/linear_model/...``)."""
 
     def __init__(self, feature_columns, model_dir=None, n_classes=2, weight_column=None, label_vocabulary=None,
                  optimizer="Ftrl", config=None, partitioner=None, warm_start_from=None, loss_reduction=SUM,

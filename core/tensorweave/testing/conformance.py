@@ -819,6 +819,49 @@ def accidental_hits(dtype, rng):
                  {"num_true": 2}, "repeats")]
 
 
+# string ops (host-side: strings are object arrays of bytes)
+def _strings(*items, shape=None):
+    out = np.empty(len(items), dtype=object)
+    out[:] = [s.encode() if isinstance(s, str) else s for s in items]
+    return out if shape is None else out.reshape(shape)
+
+
+def string_to_hash_bucket(dtype, rng):
+    return [Case([_strings("cat", "", "dog", "\u00e9lan", "cat", "x" * 40, shape=(2, 3))], {"num_buckets": 17}, "2x3"),
+            Case([_strings("a")], {"num_buckets": 1}, "one-bucket")]
+
+
+def as_string(dtype, rng):
+    x = values((3, 2), dtype, rng)
+    cases = [Case([x], {}, "3x2")]
+    if np.dtype(dtype).kind == "f":
+        cases += [Case([x], {"precision": 3, "width": 12}, "precision-width"),
+                   Case([x], {"shortest": True}, "shortest"), Case([x], {"scientific": True}, "scientific")]
+    elif np.dtype(dtype).kind in "iu":
+        cases.append(Case([x], {"width": 5, "fill": "0"}, "zero-fill"))
+    return cases
+
+
+def sparse_cross(dtype, rng):
+    hashed = dtype == "int64"
+    idx = np.array([[0, 0], [0, 1], [2, 0]], np.int64)
+    attrs = {"N": 2, "hashed_output": hashed, "num_buckets": 50 if hashed else 0, "hash_key": 7,
+             "sparse_types": [tw.string, tw.int64], "dense_types": [tw.string], "out_type": tw.as_dtype(dtype),
+             "internal_type": tw.string}
+    return [Case([[idx, np.array([[1, 0]], np.int64)], [_strings("a", "b", "c"), np.array([4], np.int64)],
+                  [np.array([3, 2], np.int64), np.array([3, 1], np.int64)], [_strings("x", "y", "z", shape=(3, 1))]],
+                 attrs, "sparse-sparse-dense", modes=("feed", "feed", "const", "feed"))]
+
+
+def vocabulary_lookup(dtype, rng):
+    if dtype == "string":
+        keys, vocab = _strings("b", "zz", "a", "", shape=(2, 2)), _strings("a", "b", "c")
+    else:
+        keys, vocab = np.array([[5, 9], [1, -1]], dtype), np.array([1, 3, 5], dtype)
+    return [Case([keys, vocab], {}, "default"), Case([keys, vocab], {"num_oov_buckets": 3}, "oov"),
+            Case([keys, vocab], {"default_value": 7}, "default-7")]
+
+
 # ---------------------------------------------------------------------------------------
 # the table
 @dataclasses.dataclass
@@ -962,6 +1005,10 @@ def _table() -> dict[str, OpSpec]:
                  "FixedUnigramCandidateSampler", "AllCandidateSampler"):
         t[name] = OpSpec(_candidate_sampler(name), dtypes=("int64",), type_attr="")
     t["ComputeAccidentalHits"] = OpSpec(accidental_hits, dtypes=("int64",), type_attr="")
+    t["StringToHashBucketFast"] = OpSpec(string_to_hash_bucket)
+    t["AsString"] = OpSpec(as_string, type_attr="T")
+    t["SparseCross"] = OpSpec(sparse_cross, dtypes=("int64", "string"), type_attr="out_type")
+    t["VocabularyLookup"] = OpSpec(vocabulary_lookup, dtypes=("string", "int32", "int64"), type_attr="T")
     # Transfer compression (fixed dtypes: the element-wise fallback does not cover them).
     t["_CompressF32ToBF16"] = OpSpec(_compress_bf16, dtypes=("float32",))
     t["_DecompressBF16ToF32"] = OpSpec(_decompress_bf16, dtypes=("uint16",))

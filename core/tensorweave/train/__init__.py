@@ -1,5 +1,5 @@
-"""``tw.train``: optimizers, global step, input pipelines, Saver and checkpoints, hooks and
-MonitoredTrainingSession."""
+"""``tw.train``: optimizers, learning-rate schedules, global step, input pipelines, Saver and
+checkpoints, hooks and MonitoredTrainingSession."""
 
 from tensorweave.distributed.cluster import ClusterSpec
 from tensorweave.distributed.server import Server
@@ -30,6 +30,17 @@ from tensorweave.train.input import (
     shuffle_batch,
     slice_input_producer,
     string_input_producer,
+)
+from tensorweave.train.learning_rate_decay import (
+    cosine_decay,
+    cosine_decay_restarts,
+    exponential_decay,
+    inverse_time_decay,
+    linear_cosine_decay,
+    natural_exp_decay,
+    noisy_linear_cosine_decay,
+    piecewise_constant,
+    polynomial_decay,
 )
 from tensorweave.train.momentum import MomentumOptimizer
 from tensorweave.train.monitored_session import (
@@ -127,4 +138,13 @@ __all__ = [
     "ChiefSessionCreator",
     "MonitoredSession",
     "MonitoredTrainingSession",
+    "exponential_decay",
+    "piecewise_constant",
+    "polynomial_decay",
+    "natural_exp_decay",
+    "inverse_time_decay",
+    "cosine_decay",
+    "cosine_decay_restarts",
+    "linear_cosine_decay",
+    "noisy_linear_cosine_decay",
 ]

@@ -12,7 +12,7 @@ from tensorweave.kernels import shapes as core_shapes
 from tensorweave.kernels import state as core_state
 
 FAMILIES = ("array", "math", "random", "nn", "training", "checkpoint", "io", "compression", "sparse", "sampling",
-            "indexing", "embedding")
+            "indexing", "embedding", "strings")
 
 
 def register_all(registry):
