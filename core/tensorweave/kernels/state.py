@@ -38,8 +38,8 @@ not sparse) until the device plugin registers its own kernels with
 ``scatter_factory(op_type, rows)`` and a ``RowWriter`` of its tensors.
 
 The fused optimizer updates (ApplyGradientDescent, ApplyAdam, ...) do their math in one
-device kernel each and stay in the device plugins; their sparse forms use ``writable`` and
-``validate_rows`` from here.
+device kernel each and stay in the device plugins; their sparse forms take their checks,
+locks and ``writable`` tensors from ``SparseApply`` here and keep only the row math.
 """
 
 from __future__ import annotations
@@ -51,6 +51,7 @@ import numpy as np
 from tensorweave import plugins
 from tensorweave.framework import errors
 from tensorweave.kernels import EVERY_DEVICE_DTYPES, dtypes_to_register
+from tensorweave.runtime.containers import StoreUpdate
 
 _E = errors.InvalidArgumentError
 # AssignAdd/AssignSub: the op's T excludes these.
@@ -313,6 +314,50 @@ def validate_rows(ctx, store, indices, updates, shape, nd: bool = False):
     if err is not None:
         raise err
     return idx.reshape(-1, idx.shape[-1]) if nd else idx.reshape(-1)
+
+
+def _shape(x) -> tuple:
+    return tuple(x.shape) if hasattr(x, "shape") else tuple(np.shape(x))
+
+
+class SparseApply:
+    """The device-independent part of a sparse optimizer update (SparseApplyMomentum,
+    SparseApplyAdagrad, ...) of ``n_refs`` refs (the variable, then its slots), built once per
+    node in a kernel factory: ``guard`` holds the locks of all of them
+    (``runtime.containers.StoreUpdate``), and ``targets`` checks the update and hands out the
+    tensors to write its rows into. A device's kernel keeps only the row math."""
+
+    def __init__(self, ctx, n_refs: int, grad_pos: int, idx_pos: int, rows: RowWriter = NUMPY_ROWS):
+        self.ctx = ctx
+        self.stores = [ctx.ref_input(i) for i in range(n_refs)]
+        self.guard = StoreUpdate(ctx, self.stores)
+        self.names = [t.name for t in ctx.op.inputs[n_refs:]]  # the other inputs: args
+        self.grad_pos, self.idx_pos = grad_pos, idx_pos
+        self.rows = rows
+
+    def targets(self, args, indices):
+        """With ``guard`` held: ``(idx, targets)``, the host array ``indices`` as a vector of
+        row numbers and the tensors of the variable and its slots, written in place
+        (``writable``), after checking before anything is written that ``args`` (the inputs
+        after the refs) hold scalars but for grad and indices, that grad has a row per index
+        (``validate_rows``) and that the slots have the variable's shape."""
+        ctx, stores = self.ctx, self.stores
+        for i, (name, a) in enumerate(zip(self.names, args)):
+            if i not in (self.grad_pos, self.idx_pos) and _shape(a) != ():
+                raise ctx.error(_E, f"'{name}' must be a scalar, got a value of shape {_shape(a)}")
+        if len(_shape(indices)) != 1:
+            raise ctx.error(_E, f"indices must be a vector, got a value of shape {_shape(indices)}")
+        grad = args[self.grad_pos]
+        if not _shape(grad):
+            raise ctx.error(_E, "grad must hold one row per index, got a scalar")
+        # Shapes only: a reference to a value held here would make writable() copy it.
+        shapes = [tuple(s.read().shape) for s in stores]
+        for s, shape in zip(stores[1:], shapes[1:]):
+            if shape != shapes[0]:
+                raise ctx.error(_E, f"slot {s.name} of shape {shape} does not match variable {stores[0].name} of "
+                                    f"shape {shapes[0]}")
+        idx = validate_rows(ctx, stores[0], indices, grad, shapes[0])
+        return idx, [writable(s, ctx.device, self.rows) for s in stores]
 
 
 def _flat_updates(updates, n, row_shape):

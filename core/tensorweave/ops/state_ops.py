@@ -19,6 +19,8 @@ leaves the variable unchanged.
 
 from __future__ import annotations
 
+import re
+
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import apply_op, get_default_graph
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
@@ -147,51 +149,25 @@ def is_variable_initialized(ref, name=None):
     return apply_op("IsVariableInitialized", [ref], name=name)
 
 
-def _scatter(op_type, ref, indices, updates, use_locking, name):
-    return apply_op(op_type, [ref, indices, updates], {} if use_locking is None else {"use_locking": use_locking},
-                    name=name)
+def _scatter(op_type, locking, doc):
+    """The TF1 wrapper of the Scatter op ``op_type`` (``ScatterNdAdd``: ``scatter_nd_add``),
+    ``(ref, indices, updates, use_locking=locking, name=None)``, which returns the new value
+    of ``ref``; ``locking`` is TensorFlow's default."""
+    def wrapper(ref, indices, updates, use_locking=locking, name=None):
+        return apply_op(op_type, [ref, indices, updates], {} if use_locking is None else {"use_locking": use_locking},
+                        name=name)
+    wrapper.__name__ = wrapper.__qualname__ = re.sub(r"(?<!^)(?=[A-Z])", "_", op_type).lower()
+    wrapper.__doc__ = doc + "; returns the new value of ``ref``."
+    return wrapper
 
 
-def scatter_update(ref, indices, updates, use_locking=True, name=None):
-    """``ref[indices] = updates`` (TF1 ``tf.scatter_update``); returns the new value of ``ref``."""
-    return _scatter("ScatterUpdate", ref, indices, updates, use_locking, name)
-
-
-def scatter_add(ref, indices, updates, use_locking=False, name=None):
-    """``ref[indices] += updates``, repeated indices adding up; returns the new value of ``ref``."""
-    return _scatter("ScatterAdd", ref, indices, updates, use_locking, name)
-
-
-def scatter_sub(ref, indices, updates, use_locking=False, name=None):
-    """``ref[indices] -= updates``, repeated indices adding up; returns the new value of ``ref``."""
-    return _scatter("ScatterSub", ref, indices, updates, use_locking, name)
-
-
-def scatter_mul(ref, indices, updates, use_locking=False, name=None):
-    """``ref[indices] *= updates``; returns the new value of ``ref``."""
-    return _scatter("ScatterMul", ref, indices, updates, use_locking, name)
-
-
-def scatter_div(ref, indices, updates, use_locking=False, name=None):
-    """``ref[indices] /= updates``; returns the new value of ``ref``."""
-    return _scatter("ScatterDiv", ref, indices, updates, use_locking, name)
-
-
-def scatter_min(ref, indices, updates, use_locking=False, name=None):
-    """``ref[indices] = min(ref[indices], updates)``; returns the new value of ``ref``."""
-    return _scatter("ScatterMin", ref, indices, updates, use_locking, name)
-
-
-def scatter_max(ref, indices, updates, use_locking=False, name=None):
-    """``ref[indices] = max(ref[indices], updates)``; returns the new value of ``ref``."""
-    return _scatter("ScatterMax", ref, indices, updates, use_locking, name)
-
-
-def scatter_nd_update(ref, indices, updates, use_locking=True, name=None):
-    """``ref[indices[i, :K]] = updates[i]`` (TF1 ``tf.scatter_nd_update``); returns the new value."""
-    return _scatter("ScatterNdUpdate", ref, indices, updates, use_locking, name)
-
-
-def scatter_nd_add(ref, indices, updates, use_locking=False, name=None):
-    """``ref[indices[i, :K]] += updates[i]``, repeated indices adding up; returns the new value."""
-    return _scatter("ScatterNdAdd", ref, indices, updates, use_locking, name)
+scatter_update = _scatter("ScatterUpdate", True, "``ref[indices] = updates`` (TF1 ``tf.scatter_update``)")
+scatter_add = _scatter("ScatterAdd", False, "``ref[indices] += updates``, repeated indices adding up")
+scatter_sub = _scatter("ScatterSub", False, "``ref[indices] -= updates``, repeated indices adding up")
+scatter_mul = _scatter("ScatterMul", False, "``ref[indices] *= updates``")
+scatter_div = _scatter("ScatterDiv", False, "``ref[indices] /= updates``")
+scatter_min = _scatter("ScatterMin", False, "``ref[indices] = min(ref[indices], updates)``")
+scatter_max = _scatter("ScatterMax", False, "``ref[indices] = max(ref[indices], updates)``")
+scatter_nd_update = _scatter("ScatterNdUpdate", True,
+                             "``ref[indices[i, :K]] = updates[i]`` (TF1 ``tf.scatter_nd_update``)")
+scatter_nd_add = _scatter("ScatterNdAdd", False, "``ref[indices[i, :K]] += updates[i]``, repeated indices adding up")

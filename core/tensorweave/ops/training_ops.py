@@ -45,6 +45,27 @@ _INPUT_ORDER = {
 }
 
 
+def _merged_shape(ins, names, prefix=""):
+    """The shape of ``ins["var"]`` merged with those of the inputs ``names``, which must be
+    compatible with it (``prefix`` starts the error's message)."""
+    var = ins["var"]
+    shape = var.shape
+    for name in names:
+        t = ins[name]
+        if not shape.is_compatible_with(t.shape):
+            raise errors.InvalidArgumentError(f"{prefix}{name} '{t.name}' has shape {t.shape} but the variable "
+                                              f"'{var.name}' has shape {var.shape}; they must match")
+        shape = shape.merge_with(t.shape)
+    return shape
+
+
+def _check_scalars(ins, names, prefix=""):
+    for name in names:
+        t = ins[name]
+        if t.shape.ndims is not None and t.shape.ndims != 0:
+            raise errors.InvalidArgumentError(f"{prefix}{name} must be a scalar, got '{t.name}' of shape {t.shape}")
+
+
 def _make_shape_fn(op_type):
     refs, scalars, _ = UPDATES[op_type]
     order = _INPUT_ORDER[op_type]
@@ -52,19 +73,8 @@ def _make_shape_fn(op_type):
 
     def shape_fn(op):
         ins = dict(zip(order, op.inputs))
-        var = ins["var"]
-        shape = var.shape
-        for name in refs[1:] + [grad_name]:
-            t = ins[name]
-            if not shape.is_compatible_with(t.shape):
-                raise errors.InvalidArgumentError(
-                    f"{name} '{t.name}' has shape {t.shape} but the variable '{var.name}' has shape "
-                    f"{var.shape}; they must match")
-            shape = shape.merge_with(t.shape)
-        for name in scalars:
-            t = ins[name]
-            if t.shape.ndims is not None and t.shape.ndims != 0:
-                raise errors.InvalidArgumentError(f"{name} must be a scalar, got '{t.name}' of shape {t.shape}")
+        shape = _merged_shape(ins, refs[1:] + [grad_name])
+        _check_scalars(ins, scalars)
         return [shape]
 
     return shape_fn
@@ -89,15 +99,8 @@ def _make_sparse_shape_fn(op_type):
     def shape_fn(op):
         ins = dict(zip(order, op.inputs))
         var = ins["var"]
-        shape = var.shape
         where = f"{op_type} node '{op.name}'"
-        for name in refs[1:]:
-            t = ins[name]
-            if not shape.is_compatible_with(t.shape):
-                raise errors.InvalidArgumentError(
-                    f"{where}: {name} '{t.name}' has shape {t.shape} but the variable '{var.name}' has shape "
-                    f"{var.shape}; they must match")
-            shape = shape.merge_with(t.shape)
+        shape = _merged_shape(ins, refs[1:], f"{where}: ")
         indices, grad = ins["indices"], ins["grad"]
         if indices.shape.ndims is not None and indices.shape.ndims != 1:
             raise errors.InvalidArgumentError(f"{where}: indices '{indices.name}' must be a vector, got shape "
@@ -110,10 +113,7 @@ def _make_sparse_shape_fn(op_type):
                 raise errors.InvalidArgumentError(
                     f"{where}: grad '{grad.name}' has shape {grad.shape}, but indices of shape {indices.shape} and "
                     f"a variable of shape {shape} need {want} (indices.shape + var.shape[1:])")
-        for name in scalars:
-            t = ins[name]
-            if t.shape.ndims is not None and t.shape.ndims != 0:
-                raise errors.InvalidArgumentError(f"{where}: {name} must be a scalar, got '{t.name}' of shape {t.shape}")
+        _check_scalars(ins, scalars, f"{where}: ")
         return [shape]
 
     return shape_fn

@@ -401,35 +401,6 @@ def _cumulative(ufunc, identity):
     return factory
 
 
-def _unsorted_segment_sum(ctx):
-    dt = ctx.output_dtypes[0].np_dtype
-
-    def unsorted_segment_sum(data, ids, num_segments):
-        if num_segments.ndim != 0:
-            raise ctx.error(errors.InvalidArgumentError,
-                            f"num_segments must be a scalar, got shape {num_segments.shape}")
-        n = int(num_segments)
-        if n < 0:
-            raise ctx.error(errors.InvalidArgumentError, f"num_segments must be >= 0, got {n}")
-        if data.shape[:ids.ndim] != ids.shape:
-            raise ctx.error(errors.InvalidArgumentError,
-                            f"segment_ids of shape {ids.shape} must be a prefix of the shape of data {data.shape}")
-        rest = data.shape[ids.ndim:]
-        flat_ids = ids.reshape(-1)
-        if flat_ids.size and flat_ids.max() >= n:
-            pos = int(np.flatnonzero(flat_ids >= n)[0])
-            raise ctx.error(errors.InvalidArgumentError,
-                            f"segment_ids[{pos}] = {flat_ids[pos]} is not in [0, {n})")
-        vals = data.reshape((flat_ids.size,) + rest)
-        keep = flat_ids >= 0
-        if not keep.all():
-            flat_ids, vals = flat_ids[keep], vals[keep]
-        out = np.zeros((n,) + rest, dtype=dt)
-        np.add.at(out, flat_ids, vals)
-        return out
-    return unsorted_segment_sum
-
-
 def register(reg):
     register_gradient_helpers(reg)
     for op, fn in _UFUNCS.items():
@@ -466,7 +437,6 @@ def register(reg):
     reg.register("MatrixDeterminant", CPU, factory=_matrix_determinant)
     reg.register("Cumsum", CPU, factory=_cumulative(np.add, 0))
     reg.register("Cumprod", CPU, factory=_cumulative(np.multiply, 1))
-    reg.register("UnsortedSegmentSum", CPU, factory=_unsorted_segment_sum)
 
 
 def _string_concat(x, y):

@@ -5,7 +5,8 @@ No kernel loops over entries in Python: products are gathered rows of B scaled b
 values and summed per output row with one ``np.add.reduceat`` over the entries sorted by
 row; matching indices between two SparseTensors is one ``np.unique`` over their rows.
 Every kernel checks indices against the dense shape first (TensorFlow's matmul kernel
-does too), so a bad index fails with the entry, the index and the bound.
+does too; ``tensorweave.kernels.indexing``, the checks every device shares), so a bad index
+fails with the entry, the index and the bound.
 """
 
 from __future__ import annotations
@@ -13,26 +14,10 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.kernels import indexing as checks
 
 CPU = "CPU"
 _E = errors.InvalidArgumentError
-
-
-def _check_sparse(ctx, indices, values, shape, what="a"):
-    if indices.ndim != 2:
-        raise ctx.error(_E, f"{what}_indices must be a matrix [nnz, rank], got shape {indices.shape}")
-    if values.ndim != 1 or values.shape[0] != indices.shape[0]:
-        raise ctx.error(_E, f"{what}_values must be a vector of the {indices.shape[0]} entries of {what}_indices, "
-                            f"got shape {values.shape}")
-    if shape.ndim != 1 or shape.shape[0] != indices.shape[1]:
-        raise ctx.error(_E, f"{what}_shape must be a vector with one element per column of {what}_indices "
-                            f"({indices.shape[1]}), got {shape.tolist()}")
-    if indices.size:
-        bad = (indices < 0) | (indices >= shape)
-        if bad.any():
-            entry, dim = np.argwhere(bad)[0]
-            raise ctx.error(_E, f"index {indices[entry].tolist()} of {what} (entry {entry}) is out of bounds for "
-                                f"dense shape {shape.tolist()}: dimension {dim} must be in [0, {shape[dim]})")
 
 
 def _sum_rows_by(contrib, rows, n_rows):
@@ -40,10 +25,8 @@ def _sum_rows_by(contrib, rows, n_rows):
     out = np.zeros((n_rows,) + contrib.shape[1:], contrib.dtype)
     if not rows.size:
         return out
-    order = np.argsort(rows, kind="stable")
-    srows = rows[order]
-    starts = np.flatnonzero(np.concatenate(([True], srows[1:] != srows[:-1])))
-    out[srows[starts]] = np.add.reduceat(contrib[order], starts, axis=0)
+    at, starts, order = checks.group_rows(rows)
+    out[at] = contrib if starts is None else np.add.reduceat(contrib[order], starts[:-1], axis=0)
     return out
 
 
@@ -51,20 +34,11 @@ def _dense_matmul(ctx):
     adj_a, adj_b = ctx.attrs["adjoint_a"], ctx.attrs["adjoint_b"]
 
     def matmul(a_indices, a_values, a_shape, b):
-        _check_sparse(ctx, a_indices, a_values, a_shape)
-        if a_shape.shape[0] != 2:
-            raise ctx.error(_E, f"a must be a matrix (a_shape of 2 elements), got a_shape {a_shape.tolist()}")
-        if b.ndim != 2:
-            raise ctx.error(_E, f"b must be a matrix, got shape {b.shape}")
+        n_rows, _, _ = checks.sparse_dense_matmul(ctx, a_indices, a_values, a_shape, b.shape, adj_a, adj_b)
         rows, cols = a_indices[:, 0], a_indices[:, 1]
-        n_rows, inner = int(a_shape[0]), int(a_shape[1])
         if adj_a:
-            rows, cols, n_rows, inner = cols, rows, inner, n_rows
+            rows, cols = cols, rows
         bm = b.conj().T if adj_b else b
-        if bm.shape[0] != inner:
-            raise ctx.error(_E, f"cannot multiply A of shape {a_shape.tolist()} (adjoint_a={adj_a}) and B of shape "
-                                f"{list(b.shape)} (adjoint_b={adj_b}): inner dimensions {inner} and {bm.shape[0]} "
-                                "differ")
         vals = a_values.conj() if adj_a else a_values
         return _sum_rows_by(bm[cols] * vals[:, None], rows, n_rows)
     return matmul
@@ -72,7 +46,7 @@ def _dense_matmul(ctx):
 
 def _reorder(ctx):
     def reorder(indices, values, shape):
-        _check_sparse(ctx, indices, values, shape, "input")
+        checks.sparse_operand(ctx, indices, values, shape, "input")
         if indices.shape[0] <= 1:
             return indices, values
         order = np.lexsort(indices.T[::-1])  # lexsort sorts by its last key first
@@ -96,12 +70,11 @@ def _row_ids(*index_sets):
 
 def _sparse_add(ctx):
     def sparse_add(a_indices, a_values, a_shape, b_indices, b_values, b_shape, thresh):
-        _check_sparse(ctx, a_indices, a_values, a_shape, "a")
-        _check_sparse(ctx, b_indices, b_values, b_shape, "b")
+        checks.sparse_operand(ctx, a_indices, a_values, a_shape, "a")
+        checks.sparse_operand(ctx, b_indices, b_values, b_shape, "b")
         if a_shape.tolist() != b_shape.tolist():
             raise ctx.error(_E, f"the operands' dense shapes differ: {a_shape.tolist()} and {b_shape.tolist()}")
-        if thresh.ndim:
-            raise ctx.error(_E, f"thresh must be a scalar, got shape {thresh.shape}")
+        checks.check_scalar(ctx, thresh, "thresh")
         uniq, (ia, ib) = _row_ids(a_indices, b_indices)
         sums = np.zeros(uniq.shape[0], a_values.dtype)
         np.add.at(sums, ia, a_values)
@@ -133,10 +106,7 @@ def _sparse_add_grad(ctx):
 
 def _sparse_dense_add(ctx):
     def sparse_dense_add(a_indices, a_values, a_shape, b):
-        _check_sparse(ctx, a_indices, a_values, a_shape)
-        if a_shape.tolist() != list(b.shape):
-            raise ctx.error(_E, f"the sparse operand's dense shape {a_shape.tolist()} differs from the dense "
-                                f"operand's shape {list(b.shape)}")
+        checks.sparse_dense_add(ctx, a_indices, a_values, a_shape, b.shape)
         out = b.copy()
         np.add.at(out, tuple(a_indices.T), a_values)
         return out

@@ -5,7 +5,7 @@ SparseApplyRMSProp, SparseApplyFtrl), with TensorFlow's formulas.
 Like Assign, a dense update never writes into the arrays it read: it stores new arrays, so
 values already handed to consumers or to the user keep theirs. A sparse update reads and
 writes only the rows it is given, in place, copy-on-write (``tensorweave.kernels.state``:
-``validate_rows`` checks indices and shapes before anything is written, ``writable`` hands
+``SparseApply`` checks indices and shapes before anything is written, ``writable`` hands
 out the store's own array when nothing else can see it). The locks of the variable and its
 slots are held together while reading and storing (taken in a fixed order, so two updates
 sharing variables cannot deadlock), whatever ``use_locking`` says: the cost is small and a
@@ -153,34 +153,12 @@ def _sparse_factory(op_type):
 
     def factory(ctx):
         attrs = ctx.attrs
-        stores = [ctx.ref_input(i) for i in range(n_refs)]
-        guard = StoreUpdate(ctx, stores)
-        device = ctx.device
-        arg_names = [t.name for t in ctx.op.inputs[n_refs:]]
+        sparse = state.SparseApply(ctx, n_refs, grad_pos, idx_pos)
 
         def update(*args):
-            grad, indices = args[grad_pos], args[idx_pos]
-            scalars = [args[i] for i in scalar_pos]
-            for i in scalar_pos:
-                if np.ndim(args[i]) != 0:
-                    raise ctx.error(errors.InvalidArgumentError,
-                                    f"'{arg_names[i]}' must be a scalar, got a value of shape {np.shape(args[i])}")
-            if np.ndim(indices) != 1:
-                raise ctx.error(errors.InvalidArgumentError,
-                                f"indices must be a vector, got a value of shape {np.shape(indices)}")
-            if np.ndim(grad) == 0:
-                raise ctx.error(errors.InvalidArgumentError, "grad must hold one row per index, got a scalar")
-            with guard:
-                current = [s.read() for s in stores]
-                shape = current[0].shape
-                for s, cur in zip(stores[1:], current[1:]):
-                    if cur.shape != shape:
-                        raise ctx.error(errors.InvalidArgumentError,
-                                        f"slot {s.name} of shape {cur.shape} does not match variable "
-                                        f"{stores[0].name} of shape {shape}")
-                del current, cur  # held here, they would make writable() copy
-                idx = state.validate_rows(ctx, stores[0], indices, grad, shape)
-                targets = [state.writable(s, device) for s in stores]
+            grad, scalars = args[grad_pos], [args[i] for i in scalar_pos]
+            with sparse.guard:
+                idx, targets = sparse.targets(args, args[idx_pos])
                 dtype = targets[0].dtype
                 if state.distinct(idx):
                     groups = [(idx, grad)]

@@ -31,18 +31,9 @@ template <typename T> __device__ __forceinline__ T tw_from_bits(typename TwBits<
     return c.t;
 }
 
-// Stores `want` at p if it holds `expect`; returns what p held.
-__device__ __forceinline__ unsigned int tw_cas(unsigned int* p, unsigned int expect, unsigned int want) {
-#ifdef __CUDACC__
-    return atomicCAS(p, expect, want);
-#else
-    __atomic_compare_exchange_n(p, &expect, want, false, __ATOMIC_SEQ_CST, __ATOMIC_SEQ_CST);
-    return expect;
-#endif
-}
-
-__device__ __forceinline__ unsigned long long tw_cas(unsigned long long* p, unsigned long long expect,
-                                                     unsigned long long want) {
+// Stores `want` at p if it holds `expect`; returns what p held. U: unsigned int or unsigned
+// long long (atomicCAS's 32- and 64-bit overloads).
+template <typename U> __device__ __forceinline__ U tw_cas(U* p, U expect, U want) {
 #ifdef __CUDACC__
     return atomicCAS(p, expect, want);
 #else

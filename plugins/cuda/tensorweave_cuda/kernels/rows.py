@@ -1,15 +1,16 @@
 """Row updates in place on the GPU: ``GPU_ROWS``, this device's ``RowWriter`` for the core's
 copy-on-write of variables (``tensorweave/kernels/state.py``), the variable Scatter ops
-(ScatterUpdate/Add/Sub/Mul/Div/Min/Max, ScatterNdUpdate/Add) registered on it, and the host
-side of every kernel that applies row updates grouped by row (``groups``: the sparse
-optimizer updates in ``training.py``, DynamicStitch, SparseToDense and the SparseSegment
-gradients in ``indexing.py``).
+(ScatterUpdate/Add/Sub/Mul/Div/Min/Max, ScatterNdUpdate/Add) registered on it, and the
+uploads of the host-side index tables of every kernel that applies row updates grouped by
+row (the sparse optimizer updates in ``training.py``, DynamicStitch, SparseToDense and the
+SparseSegment gradients in ``indexing.py``).
 
 The indices of these ops are host memory: the core checks them (range, shapes) before
 anything is written, so a bad index is the same InvalidArgumentError as on the CPU and the
 variable is unchanged. The host then sorts them into groups, one per distinct row, with its
-positions in their original order; the kernel (``indexing.cu``'s ``scatter_rows``) runs one
-thread per element of a distinct row, which applies that row's updates in order. So repeated
+positions in their original order (the core's ``tensorweave.kernels.indexing.group_rows``);
+the kernel (``indexing.cu``'s ``scatter_rows``) runs one thread per element of a distinct
+row, which applies that row's updates in order. So repeated
 indices all apply, in order, deterministically (ScatterUpdate: the last one wins, as NumPy's
 assignment on the CPU; integer ScatterDiv divides by each in turn, which truncates as the
 CPU's division by their product), and no two threads write one element: no atomics.
@@ -26,24 +27,11 @@ import sys
 
 import numpy as np
 
-from tensorweave.kernels import state
+from tensorweave.kernels import indexing, state
 from tensorweave_cuda.kernels import catalog
 from tensorweave_cuda.kernels.util import launch
 from tensorweave_cuda.kernels.util import register as reg_kernel
 from tensorweave_cuda.tensor import GPUTensor
-
-
-def groups(idx: np.ndarray):
-    """``(rows, starts, order)`` for a 1-D host array of row numbers: the distinct rows; for
-    row u its positions ``order[starts[u]:starts[u + 1]]`` in increasing order. Distinct
-    indices need neither: ``(idx, None, None)`` (row u is position u)."""
-    idx = np.asarray(idx, dtype=np.int64).reshape(-1)
-    if state.distinct(idx):
-        return idx, None, None
-    order = np.argsort(idx, kind="stable")
-    ordered = idx[order]
-    first = np.flatnonzero(np.concatenate(([True], ordered[1:] != ordered[:-1])))
-    return ordered[first], np.append(first, idx.size), order
 
 
 def upload(dev, a) -> GPUTensor | None:
@@ -91,10 +79,8 @@ class GPURows(state.RowWriter):
 
     def scatter_nd(self, kind, target, indices, updates):
         idx = np.asarray(indices, dtype=np.int64)
-        k = idx.shape[-1]
         # The first K coordinates as one row number of the target viewed as [prod(shape[:K]), rest].
-        flat = np.ravel_multi_index(tuple(idx.T), target.shape[:k]) if k else np.zeros(idx.shape[0], np.int64)
-        self._rows(kind, target, flat, updates, k)
+        self._rows(kind, target, indexing.flat_index(idx, target.shape), updates, idx.shape[-1])
 
     def _rows(self, kind, target, flat, updates, k):
         lead = 1
@@ -104,7 +90,7 @@ class GPURows(state.RowWriter):
         if not flat.size or not inner:
             return
         dev = target.device
-        rows, starts, order = groups(flat)
+        rows, starts, order = indexing.group_rows(flat)
         r, s, o = upload(dev, rows), upload(dev, starts), upload(dev, order)
         n = rows.size * inner
         ref = catalog.indexing_kernel("scatter_rows", catalog.dtype(target.dtype))

@@ -48,101 +48,75 @@ __device__ void tw_adam(const T* __restrict__ var, const T* __restrict__ m, cons
 // in their order, grad[order[p]] for p in [starts[u], starts[u+1]) (starts null: the one row
 // p = u; order null: order[p] = p), so a repeated index is applied twice, in order, as the
 // CPU kernels and TensorFlow's do, and no two threads touch one element.
-// Row u of the sparse kernels: its element `at` in the variable and slots, and the range
-// [b, e) of its positions in order.
-#define TW_SPARSE_ROW(i, inner)                                                                     \
-    const long long u = (i) / (inner), c = (i) % (inner), at = rows[u] * (inner) + c;               \
-    const long long b = starts ? starts[u] : u, e = starts ? starts[u + 1] : u + 1
-#define TW_GRAD_AT(p, inner) grad[(order ? order[p] : (p)) * (inner) + c]
-
-template <typename T>
-__device__ void tw_sparse_momentum(T* __restrict__ var, T* __restrict__ accum, const T* __restrict__ lr,
-                                   const T* __restrict__ grad, const T* __restrict__ momentum,
-                                   const long long* __restrict__ rows, const long long* __restrict__ starts,
-                                   const long long* __restrict__ order, long long n, long long inner, int nesterov) {
-    const T l = *lr, mo = *momentum;
+//
+// tw_sparse_rows does that walk for the S tensors `refs` (the variable, then its slots): each
+// thread loads its element of each into s[0..S), calls step(s, g) for each gradient value g
+// of its row in order, and stores them back. A step is one optimizer's update of one element.
+template <typename T, int S, typename Step>
+__device__ void tw_sparse_rows(T* const* refs, const T* __restrict__ grad, const long long* __restrict__ rows,
+                               const long long* __restrict__ starts, const long long* __restrict__ order, long long n,
+                               long long inner, const Step& step) {
     TW_GRID_LOOP(i, n) {
-        TW_SPARSE_ROW(i, inner);
-        T v = var[at], acc = accum[at];
-        for (long long p = b; p < e; ++p) {
-            const T g = TW_GRAD_AT(p, inner);
-            acc = acc * mo + g;
-            v = nesterov ? v - (g * l + acc * mo * l) : v - acc * l;
-        }
-        var[at] = v;
-        accum[at] = acc;
+        const long long u = i / inner, c = i % inner, at = rows[u] * inner + c;
+        const long long b = starts ? starts[u] : u, e = starts ? starts[u + 1] : u + 1;
+        T s[S];
+        for (int k = 0; k < S; ++k) s[k] = refs[k][at];
+        for (long long p = b; p < e; ++p) step(s, grad[(order ? order[p] : p) * inner + c]);
+        for (int k = 0; k < S; ++k) refs[k][at] = s[k];
     }
 }
 
 template <typename T>
-__device__ void tw_sparse_adagrad(T* __restrict__ var, T* __restrict__ accum, const T* __restrict__ lr,
-                                  const T* __restrict__ grad, const long long* __restrict__ rows,
-                                  const long long* __restrict__ starts, const long long* __restrict__ order, long long n,
-                                  long long inner, int update_slots) {
-    const T l = *lr;
-    TW_GRID_LOOP(i, n) {
-        TW_SPARSE_ROW(i, inner);
-        T v = var[at], acc = accum[at];
-        for (long long p = b; p < e; ++p) {
-            const T g = TW_GRAD_AT(p, inner);
-            if (update_slots) acc = acc + g * g;
-            v = v - g * l / tw_sqrt(acc);
-        }
-        var[at] = v;
-        accum[at] = acc;
+struct TwSparseMomentum {  // s: var, accum
+    T l, mo;
+    int nesterov;
+    __device__ void operator()(T* s, T g) const {
+        T &v = s[0], &acc = s[1];
+        acc = acc * mo + g;
+        v = nesterov ? v - (g * l + acc * mo * l) : v - acc * l;
     }
-}
+};
 
 template <typename T>
-__device__ void tw_sparse_rms_prop(T* __restrict__ var, T* __restrict__ ms, T* __restrict__ mom,
-                                   const T* __restrict__ lr, const T* __restrict__ rho, const T* __restrict__ momentum,
-                                   const T* __restrict__ epsilon, const T* __restrict__ grad,
-                                   const long long* __restrict__ rows, const long long* __restrict__ starts,
-                                   const long long* __restrict__ order, long long n, long long inner) {
-    const T one = (T)1, l = *lr, r = *rho, mo = *momentum, eps = *epsilon;
-    TW_GRID_LOOP(i, n) {
-        TW_SPARSE_ROW(i, inner);
-        T v = var[at], s = ms[at], m = mom[at];
-        for (long long p = b; p < e; ++p) {
-            const T g = TW_GRAD_AT(p, inner);
-            s = s + (g * g - s) * (one - r);
-            m = m * mo + l * g / tw_sqrt(s + eps);
-            v = v - m;
-        }
-        var[at] = v;
-        ms[at] = s;
-        mom[at] = m;
+struct TwSparseAdagrad {  // s: var, accum
+    T l;
+    int update_slots;
+    __device__ void operator()(T* s, T g) const {
+        T &v = s[0], &acc = s[1];
+        if (update_slots) acc = acc + g * g;
+        v = v - g * l / tw_sqrt(acc);
     }
-}
+};
+
+template <typename T>
+struct TwSparseRmsProp {  // s: var, ms, mom
+    T l, r, mo, eps;
+    __device__ void operator()(T* s, T g) const {
+        T &v = s[0], &ms = s[1], &m = s[2];
+        ms = ms + (g * g - ms) * ((T)1 - r);
+        m = m * mo + l * g / tw_sqrt(ms + eps);
+        v = v - m;
+    }
+};
 
 // FTRL-proximal (the op's doc and the CPU kernel): lr_power -0.5 takes square roots.
 template <typename T>
-__device__ void tw_sparse_ftrl(T* __restrict__ var, T* __restrict__ accum, T* __restrict__ linear,
-                               const T* __restrict__ grad, const T* __restrict__ lr, const T* __restrict__ l1,
-                               const T* __restrict__ l2, const T* __restrict__ lr_power,
-                               const long long* __restrict__ rows, const long long* __restrict__ starts,
-                               const long long* __restrict__ order, long long n, long long inner) {
-    const T l = *lr, a1 = *l1, a2 = *l2, lp = *lr_power, zero = (T)0;
-    const bool half = lp == (T)-0.5;
-    TW_GRID_LOOP(i, n) {
-        TW_SPARSE_ROW(i, inner);
-        T v = var[at], acc = accum[at], lin = linear[at];
-        for (long long p = b; p < e; ++p) {
-            const T g = TW_GRAD_AT(p, inner);
-            const T new_acc = acc + g * g;
-            const T new_pow = half ? tw_sqrt(new_acc) : tw_pow(new_acc, -lp);
-            const T sigma = half ? (tw_sqrt(new_acc) - tw_sqrt(acc)) / l : (new_pow - tw_pow(acc, -lp)) / l;
-            lin = lin + g - sigma * v;
-            const T quadratic = new_pow / l + (T)2 * a2;
-            const T sign = lin > zero ? (T)1 : lin < zero ? (T)-1 : zero;
-            v = tw_fabs(lin) > a1 ? (sign * a1 - lin) / quadratic : zero;
-            acc = new_acc;
-        }
-        var[at] = v;
-        accum[at] = acc;
-        linear[at] = lin;
+struct TwSparseFtrl {  // s: var, accum, linear
+    T l, a1, a2, lp;
+    __device__ void operator()(T* s, T g) const {
+        T &v = s[0], &acc = s[1], &lin = s[2];
+        const T zero = (T)0;
+        const bool half = lp == (T)-0.5;
+        const T new_acc = acc + g * g;
+        const T new_pow = half ? tw_sqrt(new_acc) : tw_pow(new_acc, -lp);
+        const T sigma = half ? (tw_sqrt(new_acc) - tw_sqrt(acc)) / l : (new_pow - tw_pow(acc, -lp)) / l;
+        lin = lin + g - sigma * v;
+        const T quadratic = new_pow / l + (T)2 * a2;
+        const T sign = lin > zero ? (T)1 : lin < zero ? (T)-1 : zero;
+        v = tw_fabs(lin) > a1 ? (sign * a1 - lin) / quadratic : zero;
+        acc = new_acc;
     }
-}
+};
 
 #define TW_TRAINING_ALL(SS, ST)                                                                           \
     extern "C" __global__ void tw_apply_gradient_descent_##SS(const ST* var, const ST* alpha, const ST* delta, \
@@ -166,13 +140,16 @@ __device__ void tw_sparse_ftrl(T* __restrict__ var, T* __restrict__ accum, T* __
                                                              const ST* momentum, const long long* rows,   \
                                                              const long long* starts, const long long* order, \
                                                              long long n, long long inner, int nesterov) { \
-        tw_sparse_momentum<ST>(var, accum, lr, grad, momentum, rows, starts, order, n, inner, nesterov);    \
+        ST* refs[2] = {var, accum};                                                                       \
+        tw_sparse_rows<ST, 2>(refs, grad, rows, starts, order, n, inner,                                  \
+                              TwSparseMomentum<ST>{*lr, *momentum, nesterov});                            \
     }                                                                                                     \
     extern "C" __global__ void tw_sparse_apply_adagrad_##SS(ST* var, ST* accum, const ST* lr, const ST* grad, \
                                                             const long long* rows, const long long* starts, \
                                                             const long long* order, long long n,          \
                                                             long long inner, int update_slots) {          \
-        tw_sparse_adagrad<ST>(var, accum, lr, grad, rows, starts, order, n, inner, update_slots);          \
+        ST* refs[2] = {var, accum};                                                                       \
+        tw_sparse_rows<ST, 2>(refs, grad, rows, starts, order, n, inner, TwSparseAdagrad<ST>{*lr, update_slots}); \
     }                                                                                                     \
     extern "C" __global__ void tw_sparse_apply_rms_prop_##SS(ST* var, ST* ms, ST* mom, const ST* lr,      \
                                                              const ST* rho, const ST* momentum,          \
@@ -180,14 +157,18 @@ __device__ void tw_sparse_ftrl(T* __restrict__ var, T* __restrict__ accum, T* __
                                                              const long long* rows, const long long* starts, \
                                                              const long long* order, long long n,        \
                                                              long long inner) {                          \
-        tw_sparse_rms_prop<ST>(var, ms, mom, lr, rho, momentum, epsilon, grad, rows, starts, order, n, inner); \
+        ST* refs[3] = {var, ms, mom};                                                                     \
+        tw_sparse_rows<ST, 3>(refs, grad, rows, starts, order, n, inner,                                  \
+                              TwSparseRmsProp<ST>{*lr, *rho, *momentum, *epsilon});                       \
     }                                                                                                     \
     extern "C" __global__ void tw_sparse_apply_ftrl_##SS(ST* var, ST* accum, ST* linear, const ST* grad,  \
                                                          const ST* lr, const ST* l1, const ST* l2,        \
                                                          const ST* lr_power, const long long* rows,       \
                                                          const long long* starts, const long long* order, \
                                                          long long n, long long inner) {                  \
-        tw_sparse_ftrl<ST>(var, accum, linear, grad, lr, l1, l2, lr_power, rows, starts, order, n, inner);  \
+        ST* refs[3] = {var, accum, linear};                                                               \
+        tw_sparse_rows<ST, 3>(refs, grad, rows, starts, order, n, inner,                                  \
+                              TwSparseFtrl<ST>{*lr, *l1, *l2, *lr_power});                                \
     }
 
 TW_TRAINING_ALL(f32, float)

@@ -6,17 +6,18 @@ The dense updates write new buffers for the variable and its slots and store the
 device's whole-value updates do (``tensorweave/kernels/state.py``): values already handed to
 consumers or fetched keep theirs, and a failed update leaves the variable as it was.
 
-The sparse updates touch only the rows at ``indices``, in place: ``state.validate_rows``
+The sparse updates touch only the rows at ``indices``, in place: ``state.SparseApply``
 checks the indices (host memory) and the gradient's shape before anything is written (an
-InvalidArgumentError as on the CPU, variables unchanged), ``state.writable`` makes the
-stores' buffers their own (copy-on-write, ``rows.GPU_ROWS``), and one kernel updates the
-variable and its slots row by row. Repeated indices are applied one after the other in
-their order (``rows.groups``), as the CPU kernels and TensorFlow's do. The locks of the
+InvalidArgumentError as on the CPU, variables unchanged) and makes the stores' buffers their
+own (``writable``: copy-on-write, ``rows.GPU_ROWS``), and one kernel updates the variable
+and its slots row by row. Repeated indices are applied one after the other in their order
+(``tensorweave.kernels.indexing.group_rows``), as the CPU kernels and TensorFlow's do. The locks of the
 variable and its slots are held together around read-compute-store in both forms.
 """
 
 from __future__ import annotations
 
+from tensorweave.kernels import indexing as checks
 from tensorweave.kernels import state
 from tensorweave.runtime.containers import StoreUpdate
 from tensorweave_cuda.kernels import catalog, rows
@@ -79,34 +80,17 @@ def _sparse_training(op):
     def factory(ctx):
         dev = ctx.device
         ref = catalog.training_kernel(op, catalog.dtype(ctx.attrs["T"]))
-        stores = [ctx.ref_input(i) for i in range(n_refs)]
-        guard = StoreUpdate(ctx, stores)
-        names = [t.name for t in ctx.op.inputs[n_refs:]]
+        sparse = state.SparseApply(ctx, n_refs, grad_pos, idx_pos, rows.GPU_ROWS)
         extra = () if flag is None else (int(bool(ctx.attrs.get(flag, flag == "update_slots"))),)
 
         def apply(*args):
-            grad, indices = args[grad_pos], host(dev, args[idx_pos])
             others = [a for i, a in enumerate(args) if i != idx_pos]
-            for i, (name, a) in enumerate(zip(names, args)):
-                if i not in (grad_pos, idx_pos) and a.size != 1:
-                    raise ctx.error(E, f"{name} must be a scalar, got shape {a.shape}")
-            if indices.ndim != 1:
-                raise ctx.error(E, f"indices must be a vector, got a value of shape {indices.shape}")
-            if grad.ndim == 0:
-                raise ctx.error(E, "grad must hold one row per index, got a scalar")
-            with guard:
-                # Shapes only: a reference to a value held here would make writable() copy it.
-                shapes = [tuple(s.read().shape) for s in stores]
-                shape = shapes[0]
-                for s, sh in zip(stores[1:], shapes[1:]):
-                    if sh != shape:
-                        raise ctx.error(E, f"slot {s.name} of shape {sh} does not match variable "
-                                           f"{stores[0].name} of shape {shape}")
-                idx = state.validate_rows(ctx, stores[0], indices, grad, shape)
-                targets = [state.writable(s, dev, rows.GPU_ROWS) for s in stores]
+            with sparse.guard:
+                idx, targets = sparse.targets(args, host(dev, args[idx_pos]))
+                shape = targets[0].shape
                 inner = targets[0].size // shape[0] if shape[0] else 0
                 if idx.size and inner:
-                    at, starts, order = rows.groups(idx)
+                    at, starts, order = checks.group_rows(idx)
                     r, st, o = rows.upload(dev, at), rows.upload(dev, starts), rows.upload(dev, order)
                     n = at.size * inner
                     launch(dev, ref, n, *[t.ptr for t in targets], *[a.ptr for a in others], r.ptr, rows.ptr(st),

@@ -14,6 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.kernels import indexing as checks
 from tensorweave.kernels.axes import norm_axis
 from tensorweave_opencl import program
 from tensorweave_opencl.kernels.common import (
@@ -85,14 +86,7 @@ def _segment_reduce(ctx, kind):
     device = ctx.device
 
     def segment_sum(data, ids, num_segments):
-        ns = host(num_segments)
-        if ns.ndim != 0:
-            raise ctx.error(_E, f"num_segments must be a scalar, got shape {ns.shape}")
-        k = int(ns)
-        if k < 0:
-            raise ctx.error(_E, f"num_segments must be >= 0, got {k}")
-        if data.shape[:ids.ndim] != ids.shape:
-            raise ctx.error(_E, f"segment_ids of shape {ids.shape} must be a prefix of the shape of data {data.shape}")
+        k = checks.unsorted_segments(ctx, data.shape, ids.shape, host(num_segments))
         rest = data.shape[ids.ndim:]
         out = device.empty((k,) + rest, dt)
         n = num_elements(out.shape)
@@ -110,12 +104,7 @@ def _gather_nd(ctx):
     device = ctx.device
 
     def gather_nd(params, indices):
-        if indices.ndim == 0:
-            raise ctx.error(_E, "indices must be at least a vector, got a scalar")
-        k = indices.shape[-1]
-        if k > params.ndim:
-            raise ctx.error(_E, f"indices.shape[-1] = {k} must be <= the rank of the param shape "
-                                f"{list(params.shape)} ({params.ndim})")
+        k = checks.nd_depth(ctx, indices.shape, params.shape, "param shape")
         out_shape = indices.shape[:-1] + params.shape[k:]
         out = device.empty(out_shape, dt)
         n = num_elements(out_shape)
@@ -130,11 +119,7 @@ def _ids_check(ctx):
     device = ctx.device
 
     def check(ids, num_ids):
-        n = int(host(num_ids))
-        flat = device.to_host(ids).reshape(-1)
-        if flat.size and (flat.min() < 0 or flat.max() >= n):
-            pos = int(np.flatnonzero((flat < 0) | (flat >= n))[0])
-            raise ctx.error(_E, f"ids[{pos}] = {int(flat[pos])} is not in [0, {n}) (the rows of the sharded table)")
+        checks.embedding_ids(ctx, device.to_host(ids), host(num_ids))
         return ids
     return check
 

@@ -4,15 +4,14 @@ Pad/PadV2 fill the output and copy the input into its interior with the strided 
 (``common.StridedCopy``); ReverseV2 is that copy with negative strides. MirrorPad reads each
 output element's mirrored source; MirrorPadGrad folds the padding back one dimension at a
 time. Paddings and axes arrive in host memory and are checked as on the CPU
-(``tensorweave.ops.indexing_ops.check_paddings``/``check_axes``).
+(``tensorweave.kernels.indexing``: ``pad_args``, ``paddings``, ``reverse_axes``).
 """
 
 from __future__ import annotations
 
 import numpy as np
 
-from tensorweave.framework import errors
-from tensorweave.ops.indexing_ops import check_axes, check_paddings
+from tensorweave.kernels import indexing as checks
 from tensorweave_opencl import program
 from tensorweave_opencl.kernels.array import fill_value
 from tensorweave_opencl.kernels.common import (
@@ -25,25 +24,9 @@ from tensorweave_opencl.kernels.common import (
     StridedCopy,
     contiguous_strides,
     host,
-    int_list,
     launcher,
     num_elements,
 )
-
-_E = errors.InvalidArgumentError
-
-
-def _paddings(ctx, x, paddings, mode=None, grad=False):
-    paddings = host(paddings)
-    if paddings.shape != (x.ndim, 2):
-        raise ctx.error(_E, f"paddings must be a matrix with 2 columns and one row per dimension of the input "
-                            f"{list(x.shape)}, got shape {list(paddings.shape)}")
-    pads = [(int(b), int(a)) for b, a in paddings.tolist()]
-    try:
-        check_paddings(pads, list(x.shape), mode, grad)
-    except errors.InvalidArgumentError as e:
-        raise ctx.error(_E, e.message) from None
-    return pads
 
 
 def _pad(ctx):
@@ -53,10 +36,7 @@ def _pad(ctx):
     device = ctx.device
 
     def pad(x, paddings, constant_values=None):
-        pads = _paddings(ctx, x, paddings)
-        if constant_values is not None and constant_values.ndim != 0:
-            raise ctx.error(_E, f"constant_values must be a scalar, got shape {constant_values.shape}")
-        shape = tuple(d + b + a for d, (b, a) in zip(x.shape, pads, strict=True))
+        pads, shape = checks.pad_args(ctx, x.shape, host(paddings), constant_values)
         out = device.empty(shape, dt)
         n = num_elements(shape)
         if not n:
@@ -81,10 +61,9 @@ def _mirror_pad(ctx):
     device = ctx.device
 
     def mirror_pad(x, paddings):
-        pads = _paddings(ctx, x, paddings, mode)
+        pads, shape = checks.pad_args(ctx, x.shape, host(paddings), mode=mode)
         if not any(b or a for b, a in pads):
             return x
-        shape = tuple(d + b + a for d, (b, a) in zip(x.shape, pads, strict=True))
         out = device.empty(shape, dt)
         n = num_elements(shape)
         if n:
@@ -102,7 +81,7 @@ def _mirror_pad_grad(ctx):
     device = ctx.device
 
     def mirror_pad_grad(g, paddings):
-        pads = _paddings(ctx, g, paddings, mode, grad=True)
+        pads = checks.paddings(ctx, g.shape, host(paddings), mode, grad=True)
         out = g
         for d, (b, a) in enumerate(pads):
             if not (b or a):
@@ -124,10 +103,7 @@ def _reverse(ctx):
     device = ctx.device
 
     def reverse(x, axis):
-        try:
-            axes = check_axes(int_list(ctx, axis, "axis"), x.ndim)
-        except errors.InvalidArgumentError as e:
-            raise ctx.error(_E, e.message) from None
+        axes = checks.reverse_axes(ctx, host(axis), x.ndim)
         if not axes:
             return x
         out = device.empty(x.shape, dt)

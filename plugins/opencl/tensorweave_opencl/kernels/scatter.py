@@ -6,11 +6,13 @@ sparse kernels share: ``row_groups`` and ``Scatter`` (updates grouped by destina
 
 Indices of these ops are read in host memory (``host_memory=``): the shapes of
 DynamicPartition's and DynamicStitch's outputs depend on them, and for the scatters the host
-groups the updates by destination row (``row_groups``), so that one work item applies all
-the updates of its row in their order: repeated indices need no atomics (every dtype, the
-order of the CPU's ``ufunc.at``, bit for bit; for ScatterUpdate and SparseToDense the last
-one wins), and an index out of range is an InvalidArgumentError as on the CPU, raised
-before anything is written, rather than silently dropped.
+groups the updates by destination row (``row_groups``, the core's
+``tensorweave.kernels.indexing.group_rows``), so that one work item applies all the updates
+of its row in their order: repeated indices need no atomics (every dtype, the order of the
+CPU's ``ufunc.at``, bit for bit; for ScatterUpdate and SparseToDense the last one wins),
+and an index out of range is an InvalidArgumentError as on the CPU (the same checks,
+``tensorweave.kernels.indexing``), raised before anything is written, rather than silently
+dropped.
 
 The ref-variable scatters are the core's (``tensorweave.kernels.state.scatter_factory``:
 validation, locking, copy-on-write) with ``CLRows`` writing the rows into the variable's
@@ -24,7 +26,7 @@ import sys
 
 import numpy as np
 
-from tensorweave.framework import errors
+from tensorweave.kernels import indexing as checks
 from tensorweave.kernels import state
 from tensorweave.ops.state_ops import SCATTER_OPS
 from tensorweave_opencl import program
@@ -38,12 +40,9 @@ from tensorweave_opencl.kernels.common import (
     NUMERIC,
     OPENCL,
     host,
-    int_list,
     launcher,
     num_elements,
 )
-
-_E = errors.InvalidArgumentError
 
 # How an update u combines with the current value a, per kind (floats: min/max propagate
 # NaN like NumPy's minimum/maximum; integer division truncates, and by zero gives 0 as on
@@ -62,18 +61,12 @@ def upload_ints(device, values) -> CLTensor:
 
 
 def row_groups(device, keys) -> tuple[CLTensor, int]:
-    """The positions of the 1-D host array ``keys`` grouped by key, as scatter.cl's table
-    ``[rows[m], off[m + 1], order[n]]`` on ``device``, and m (the number of distinct keys).
-    Each group keeps its positions in their original order."""
-    keys = np.asarray(keys, dtype=np.int64).reshape(-1)
-    n = keys.size
-    if n < 2 or bool((keys[1:] > keys[:-1]).all()):
-        rows, off, order = keys, np.arange(n + 1), np.arange(n)  # already one group per key, in order
-    else:
-        order = np.argsort(keys, kind="stable")
-        sk = keys[order]
-        first = np.flatnonzero(np.concatenate([[True], sk[1:] != sk[:-1]]))
-        rows, off = sk[first], np.append(first, n)
+    """The positions of the host array ``keys`` grouped by key (``group_rows``), as
+    scatter.cl's table ``[rows[m], off[m + 1], order[n]]`` on ``device``, and m (the number
+    of distinct keys). Each group keeps its positions in their original order."""
+    rows, off, order = checks.group_rows(keys)
+    if off is None:  # one group per key
+        off, order = np.arange(rows.size + 1), np.arange(rows.size)
     return upload_ints(device, np.concatenate([rows, off, order])), int(rows.size)
 
 
@@ -168,10 +161,8 @@ class CLRows(state.RowWriter):
         self._scatter(kind, target, target.dtype)(target, indices, updates, inner)
 
     def scatter_nd(self, kind, target, indices, updates):
-        k = indices.shape[1]
-        keys = (np.ravel_multi_index(tuple(indices.T), target.shape[:k]) if k
-                else np.zeros(indices.shape[0], dtype=np.int64))
-        self._scatter(kind, target, target.dtype)(target, keys, updates, num_elements(target.shape[k:]))
+        keys = checks.flat_index(indices, target.shape)
+        self._scatter(kind, target, target.dtype)(target, keys, updates, num_elements(target.shape[indices.shape[1]:]))
 
 
 def _ref_scatter(op_type):
@@ -182,47 +173,17 @@ def _ref_scatter(op_type):
 
 # ---------------------------------------------------------------------------------------
 # ScatterNd, SparseToDense
-def _nd_keys(ctx, indices, dims, what):
-    """The flat row numbers of N-d ``indices`` ([..., K]) into ``dims`` (every coordinate
-    checked), and K."""
-    if indices.ndim == 0:
-        raise ctx.error(_E, "indices must be at least a vector, got a scalar")
-    k = indices.shape[-1]
-    if k > len(dims):
-        raise ctx.error(_E, f"indices.shape[-1] = {k} must be <= the rank of the {what} {list(dims)} ({len(dims)})")
-    rows = indices.reshape(-1, k).astype(np.int64, copy=False)
-    if rows.size:
-        bounds = np.asarray(dims[:k], dtype=np.int64)
-        bad = (rows < 0) | (rows >= bounds)
-        if bad.any():
-            r = int(np.flatnonzero(bad.any(axis=1))[0])
-            d = int(np.flatnonzero(bad[r])[0])
-            raise ctx.error(_E, f"indices[{r}] (flattened) = {rows[r].tolist()} does not index into {what} "
-                                f"{list(dims)}: {int(rows[r, d])} is not in [0, {dims[d]}) (dimension {d})")
-    keys = np.ravel_multi_index(tuple(rows.T), dims[:k]) if k else np.zeros(rows.shape[0], np.int64)
-    return keys, k
-
-
 def _scatter_nd(ctx):
     dt = np.dtype(ctx.attrs["T"].np_dtype)
     add = Scatter(ctx, "add", dt)
     device = ctx.device
 
     def scatter_nd(indices, updates, shape):
-        dims = int_list(ctx, host(shape), "shape")
-        if any(d < 0 for d in dims):
-            raise ctx.error(_E, f"shape {dims} must be >= 0")
         indices = host(indices)
-        if indices.ndim == 0:
-            raise ctx.error(_E, "indices must be at least a vector, got a scalar")
-        k = indices.shape[-1]
-        if k <= len(dims) and updates.shape != indices.shape[:-1] + tuple(dims[k:]):
-            raise ctx.error(_E, f"updates.shape {list(updates.shape)} must be indices.shape[:-1] + "
-                                f"shape[indices.shape[-1]:] = {list(indices.shape[:-1]) + dims[k:]} (indices.shape "
-                                f"{list(indices.shape)}, shape {dims})")
-        keys, k = _nd_keys(ctx, indices, dims, "shape")
+        dims = checks.scatter_nd_shape(ctx, indices.shape, updates.shape, host(shape))
+        rows, k = checks.nd_rows(ctx, indices, dims, "shape")
         out = fill_value(ctx, device.empty(dims, dt), 0)
-        add(out, keys, updates, num_elements(dims[k:]))  # repeated indices add up, in order
+        add(out, checks.flat_index(rows, dims), updates, num_elements(dims[k:]))  # repeated indices add up, in order
         return out
     return scatter_nd
 
@@ -235,29 +196,8 @@ def _sparse_to_dense(ctx):
     device = ctx.device
 
     def sparse_to_dense(indices, output_shape, values, default):
-        dims = int_list(ctx, host(output_shape), "output_shape")
-        indices = host(indices)
-        if any(d < 0 for d in dims):
-            raise ctx.error(_E, f"output_shape {dims} must be >= 0")
-        if default.ndim != 0:
-            raise ctx.error(_E, f"default_value must be a scalar, got shape {default.shape}")
-        if indices.ndim > 2:
-            raise ctx.error(_E, f"sparse_indices must have rank 0, 1 or 2, got shape {indices.shape}")
-        idx = indices if indices.ndim == 2 else indices.reshape(-1, 1)
-        n, r = idx.shape
-        if r != len(dims):
-            raise ctx.error(_E, f"sparse_indices hold indices of rank {r}, but output_shape {dims} has rank {len(dims)}")
-        if values.ndim > 1 or (values.ndim == 1 and values.shape[0] != n):
-            raise ctx.error(_E, f"sparse_values must be a scalar or a vector of the {n} values of sparse_indices, "
-                                f"got shape {values.shape}")
-        keys, _ = _nd_keys(ctx, idx, dims, "output_shape")
-        if validate and n > 1 and r:
-            step = np.diff(keys)
-            if (step <= 0).any():
-                p = int(np.flatnonzero(step <= 0)[0]) + 1
-                what = "is repeated" if step[p - 1] == 0 else "is out of order"
-                raise ctx.error(_E, f"sparse_indices[{p}] = {idx[p].tolist()} {what}: with validate_indices the "
-                                    "indices must be sorted in row-major order without repeats")
+        dims, _, keys = checks.sparse_to_dense(ctx, host(indices), host(output_shape), values.shape, default,
+                                               validate)
         out = device.empty(dims, dt)
         total = num_elements(dims)
         if total:
@@ -277,19 +217,11 @@ def _dynamic_partition(ctx):
 
     def dynamic_partition(data, partitions):
         partitions = host(partitions)
-        if data.shape[:partitions.ndim] != partitions.shape:
-            raise ctx.error(_E, f"partitions of shape {partitions.shape} must be a prefix of the shape of data "
-                                f"{data.shape}")
-        p = partitions.reshape(-1)
-        if p.size and (p.min() < 0 or p.max() >= num):
-            pos = int(np.flatnonzero((p < 0) | (p >= num))[0])
-            raise ctx.error(_E, f"partitions[{pos}] (flattened) = {p[pos]} is not in [0, {num})")
+        groups = checks.partition_rows(ctx, data.shape, partitions, num)
         rest = data.shape[partitions.ndim:]
         inner = num_elements(rest)
-        order = np.argsort(p, kind="stable")  # keeps each partition's rows in their order
-        ends = np.cumsum(np.bincount(p, minlength=num))
         parts = []
-        for rows in np.split(order, ends[:-1]):
+        for rows in groups:
             out = device.empty((rows.size,) + rest, dt)
             copy(out, data, np.arange(rows.size), rows, inner)
             parts.append(out)
@@ -305,40 +237,15 @@ def _dynamic_stitch(ctx):
 
     def dynamic_stitch(*args):
         indices, data = [host(i) for i in args[:n]], args[n:]
-        rest = None
-        flat_ids = []
-        for i, (ix, d) in enumerate(zip(indices, data, strict=True)):
-            if d.shape[:ix.ndim] != ix.shape:
-                raise ctx.error(_E, f"data[{i}].shape = {list(d.shape)} does not start with indices[{i}].shape = "
-                                    f"{list(ix.shape)}")
-            r = d.shape[ix.ndim:]
-            if rest is None:
-                rest = r
-            elif r != rest:
-                raise ctx.error(_E, f"data[{i}].shape = {list(d.shape)} must be indices[{i}].shape + {list(rest)} "
-                                    "(the slice shape of data[0])")
-            f = ix.reshape(-1).astype(np.int64, copy=False)
-            if f.size and f.min() < 0:
-                pos = int(np.flatnonzero(f < 0)[0])
-                raise ctx.error(_E, f"indices[{i}][{pos}] (flattened) = {f[pos]} is not in [0, inf)")
-            flat_ids.append(f)
-        ids = np.concatenate(flat_ids)
-        size = int(ids.max()) + 1 if ids.size else 0
+        size, rest, moves, complete = checks.stitch_rows(ctx, indices, [d.shape for d in data])
         out = device.empty((size,) + rest, dt)
         inner = num_elements(rest)
-        if not ids.size or not inner:
+        if not size or not inner:
             return out
-        # Of repeated indices the last one (in list order) wins: each row's last writer.
-        last = np.full(size, -1, dtype=np.int64)
-        np.maximum.at(last, ids, np.arange(ids.size))
-        if (last < 0).any():
+        if not complete:
             fill_value(ctx, out, 0)
-        start = 0
-        for f, d in zip(flat_ids, data):
-            pos = np.arange(start, start + f.size)
-            wins = last[f] == pos
-            copy(out, d, f[wins], np.flatnonzero(wins), inner)
-            start += f.size
+        for d, (dst, src) in zip(data, moves):  # of repeated indices the last one (in list order) wins
+            copy(out, d, dst, src, inner)
         return out
     return dynamic_stitch
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.kernels import indexing as checks
 from tensorweave_opencl import program
 from tensorweave_opencl.kernels.common import ALL, BUF, FLOAT, I32, INT, OPENCL, host, launcher, num_elements
 
@@ -56,21 +57,8 @@ def _unique(with_counts):
         device = ctx.device
 
         def unique(x):
-            if x.ndim != 1:
-                raise ctx.error(_E, f"x must be a vector, got shape {x.shape}")
-            h = device.to_host(x)
-            if not h.size:
-                empty = device.to_device(np.zeros(0, dtype=idx_dt))
-                return (x, empty, empty) if with_counts else (x, empty)
-            kw = {"equal_nan": False} if h.dtype.kind == "f" else {}  # NaNs are distinct, as in TF
-            _, first, inverse, counts = np.unique(h, return_index=True, return_inverse=True, return_counts=True, **kw)
-            order = np.argsort(first, kind="stable")  # distinct values in order of first occurrence
-            rank = np.empty_like(order)
-            rank[order] = np.arange(order.size)
-            out = [device.to_device(h[first[order]]), device.to_device(rank[inverse.reshape(-1)].astype(idx_dt))]
-            if with_counts:
-                out.append(device.to_device(counts[order].astype(idx_dt)))
-            return tuple(out)
+            out = checks.unique(ctx, x, device.to_host, idx_dt)
+            return tuple(device.to_device(a) for a in out[:3 if with_counts else 2])
         return unique
     return factory
 
@@ -82,17 +70,8 @@ def _top_k(ctx):
     device = ctx.device
 
     def top_k(x, k):
-        k = host(k)
-        if k.ndim != 0:
-            raise ctx.error(_E, f"k must be a scalar, got shape {k.shape}")
-        k = int(k)
-        if k < 0:
-            raise ctx.error(_E, f"k must be non-negative, got {k}")
-        if x.ndim == 0:
-            raise ctx.error(_E, "input must be at least a vector, got a scalar")
+        k = checks.top_k(ctx, x.shape, host(k))
         length = x.shape[-1]
-        if length < k:
-            raise ctx.error(_E, f"input must have at least k = {k} columns, its shape is {list(x.shape)}")
         shape = x.shape[:-1] + (k,)
         values, indices = device.empty(shape, dt), device.empty(shape, np.int32)
         n = num_elements(x.shape)

@@ -8,11 +8,11 @@ order) while it reads and stores them. Hyper-parameters stay on the device: no s
 for the host.
 
 A sparse update writes the rows of its indices in place, copy-on-write
-(``tensorweave.kernels.state``: ``validate_rows`` first, then ``writable`` with the device's
-``CLRows``), and touches no other row. Its indices are read in host memory: an index out of
-range is an InvalidArgumentError as on the CPU (nothing written), and the host groups
-repeated indices by row so that one work item applies a row's slices in order (no atomics;
-TensorFlow's semantics: a repeated index is applied twice).
+(``tensorweave.kernels.state.SparseApply``: the checks first, then ``writable`` with the
+device's ``CLRows``), and touches no other row. Its indices are read in host memory: an
+index out of range is an InvalidArgumentError as on the CPU (nothing written), and the host
+groups repeated indices by row so that one work item applies a row's slices in order (no
+atomics; TensorFlow's semantics: a repeated index is applied twice).
 """
 
 from __future__ import annotations
@@ -89,36 +89,14 @@ def _sparse_factory(op_type):
         defines = {"T": program.ctype(dt), "NESTEROV": int(bool(attrs.get("use_nesterov", False))),
                    "UPDATE_SLOTS": int(bool(attrs.get("update_slots", True)))}
         launch = launcher(ctx, "training.cl", kernel, [BUF] * (n_refs + n_other) + [BUF, I32, I32, I32], defines)
-        stores = [ctx.ref_input(i) for i in range(n_refs)]
-        guard = StoreUpdate(ctx, stores)
-        rows = CLRows(ctx)
-        arg_names = [t.name for t in ctx.op.inputs[n_refs:]]
+        sparse = state.SparseApply(ctx, n_refs, grad_index, idx_index, CLRows(ctx))
         device = ctx.device
 
         def update(*args):
-            grad, indices = args[grad_index], host(args[idx_index])
             others = [a for i, a in enumerate(args) if i != idx_index]
-            for i, (name, a) in enumerate(zip(arg_names, args)):
-                if i not in (grad_index, idx_index) and a.shape != ():
-                    raise ctx.error(errors.InvalidArgumentError,
-                                    f"'{name}' must be a scalar, got a value of shape {a.shape}")
-            if indices.ndim != 1:
-                raise ctx.error(errors.InvalidArgumentError,
-                                f"indices must be a vector, got a value of shape {indices.shape}")
-            if grad.ndim == 0:
-                raise ctx.error(errors.InvalidArgumentError, "grad must hold one row per index, got a scalar")
-            with guard:
-                current = [s.read() for s in stores]
-                shape = tuple(current[0].shape)
-                for s, cur in zip(stores[1:], current[1:]):
-                    if tuple(cur.shape) != shape:
-                        raise ctx.error(errors.InvalidArgumentError,
-                                        f"slot {s.name} of shape {cur.shape} does not match variable "
-                                        f"{stores[0].name} of shape {shape}")
-                del current, cur  # held here, they would make writable() copy
-                idx = state.validate_rows(ctx, stores[0], indices, grad, shape)
-                targets = [state.writable(s, device, rows) for s in stores]
-                inner = num_elements(shape[1:])
+            with sparse.guard:
+                idx, targets = sparse.targets(args, host(args[idx_index]))
+                inner = num_elements(targets[0].shape[1:])
                 if idx.size and inner:
                     table, m = row_groups(device, idx)
                     n = m * inner
