@@ -37,6 +37,7 @@ from tensorweave import data  # tf.data (docs/data.md)
 from tensorweave import app, contrib, flags, gfile, logging, losses, test  # TF1's platform APIs (docs/tf1.md)
 from tensorweave import estimator, feature_column, metrics  # tf.estimator, tf.feature_column, tf.metrics (docs/estimator.md)
 from tensorweave.ops import nn
+from tensorweave.ops import image  # tf.image: resize_bilinear, resize_nearest_neighbor, resize_images
 from tensorweave.ops.init_ops import *  # noqa: F401,F403
 from tensorweave.ops.variable_scope import *  # noqa: F401,F403
 from tensorweave.ops.partitioned_variables import *  # noqa: F401,F403
@@ -49,6 +50,7 @@ from tensorweave.ops.control_flow_ops import tuple_ as tuple
 from tensorweave.ops.accumulator_ops import ConditionalAccumulator
 from tensorweave.ops.mutex_ops import CriticalSection
 from tensorweave.ops.data_flow_ops import FIFOQueue, QueueBase, RandomShuffleQueue, count_up_to
+from tensorweave.ops.tensor_array_ops import TensorArray
 from tensorweave.ops.io_ops import *  # noqa: F401,F403
 from tensorweave.ops.indexing_ops import *  # noqa: F401,F403  (gather_nd, dynamic_partition, pad, ...)
 from tensorweave.ops.clip_ops import *  # noqa: F401,F403

@@ -86,8 +86,8 @@ def test_conv2d_nchw_and_transpose(sess):
 def test_one_hot_and_not_provided_layers(sess):
     np.testing.assert_array_equal(sess.run(layers.one_hot_encoding(tw.constant([0, 2]), 3)),
                                   [[1, 0, 0], [0, 0, 1]])
-    with pytest.raises(NotImplementedError, match="batch_norm is not provided"):
-        layers.batch_norm(tw.ones([2, 3]))
+    with pytest.raises(NotImplementedError, match="layer_norm is not provided"):
+        layers.layer_norm(tw.ones([2, 3]))
     with pytest.raises(AttributeError, match="tf.contrib.layers.embed_sequence is not provided by tensorweave"):
         layers.embed_sequence  # noqa: B018
 
@@ -363,8 +363,9 @@ def test_unprovided_contrib_names_fail_clearly():
         import tensorweave.contrib.slim  # noqa: F401
     with pytest.raises(ModuleNotFoundError, match=r"tf.contrib.keras is not provided"):
         from tensorweave.contrib import keras  # noqa: F401
-    with pytest.raises(AttributeError, match=r"tf.contrib.rnn.BasicLSTMCell is not provided by tensorweave yet "
-                                             r"\(issue 12\)"):
-        tw.contrib.rnn.BasicLSTMCell  # noqa: B018
+    assert tw.contrib.rnn.BasicLSTMCell is tw.nn.rnn_cell.BasicLSTMCell
+    assert tw.contrib.rnn.static_rnn is tw.nn.static_rnn
+    with pytest.raises(AttributeError, match=r"tf.contrib.rnn.AttentionCellWrapper is not provided by tensorweave"):
+        tw.contrib.rnn.AttentionCellWrapper  # noqa: B018
     with pytest.raises(AttributeError, match="tf.contrib.learn.DNNClassifier is not provided"):
         tw.contrib.learn.DNNClassifier  # noqa: B018

@@ -68,7 +68,9 @@ def test_fake_accelerator_matches_cpu_and_lacks_the_stateful_ops(tmp_path):
     variables = {"Variable", "Assign", "AssignAdd", "AssignSub", "IsVariableInitialized", "ScatterUpdate",
                  "ScatterAdd", "ScatterSub", "ScatterMul", "ScatterDiv", "ScatterMin", "ScatterMax",
                  "ScatterNdUpdate", "ScatterNdAdd"}
-    assert set(r["missing"]) == (cpu_stateful_ops() - variables) | {"Placeholder"}
+    # so do TensorArrays (the core's kernels, registered for every device type)
+    tensor_arrays = {op for op in cpu_stateful_ops() if op.startswith("TensorArray")}
+    assert set(r["missing"]) == (cpu_stateful_ops() - variables - tensor_arrays) | {"Placeholder"}
     assert f"missing on FAKE compared with CPU ({len(r['missing'])}):" in out
 
 

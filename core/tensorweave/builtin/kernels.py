@@ -3,6 +3,7 @@ device, or host-side resources."""
 
 from __future__ import annotations
 
+from tensorweave.framework import dtypes
 from tensorweave.kernels import (
     accumulators,
     control_flow,
@@ -14,6 +15,7 @@ from tensorweave.kernels import (
     stacks,
     state,
     summary,
+    tensor_arrays,
 )
 from tensorweave.plugins import hookimpl
 
@@ -23,6 +25,10 @@ def tensorweave_register_kernels(registry):
     # The same on every device type ("*"): control flow, variables, shape-only kernels.
     for module in (control_flow, state, shapes):
         module.register_kernels(registry)
+    # TensorArrays (per-step resources holding device tensors): every device type, and the
+    # CPU's other dtypes.
+    tensor_arrays.register_kernels(registry)
+    tensor_arrays.register_kernels(registry, "CPU", dtypes.ALL_DTYPES)
     # Host-side resources (queues, datasets and iterators, mutexes, readers, per-step stacks, gradient accumulators) and host
     # logic (summaries: protobufs, PNG, WAV): what the CPU device of every task runs,
     # whatever device plugins are installed.

@@ -8,6 +8,7 @@ from tensorweave.ops import (
     array_ops,
     candidate_sampling_ops,
     checkpoint_ops,
+    cnn_grad,
     compression_ops,
     constant_op,
     control_flow_grad,
@@ -15,9 +16,11 @@ from tensorweave.ops import (
     control_flow_primitives,
     data_flow_ops,
     dataset_ops,
+    depthwise_conv_ops,
     embedding_grad,
     embedding_ops,
     fusion_ops,
+    image_ops,
     indexing_grad,
     indexing_ops,
     io_ops,
@@ -26,12 +29,15 @@ from tensorweave.ops import (
     mutex_ops,
     nn_grad,
     nn_ops,
+    normalization_ops,
     random_ops,
     sparse_grad,
     sparse_ops,
     state_ops,
     string_ops,
     summary_ops,
+    tensor_array_grad,
+    tensor_array_ops,
     training_ops,
 )
 from tensorweave.plugins import hookimpl
@@ -41,9 +47,12 @@ from tensorweave.plugins import hookimpl
 FAMILIES = (constant_op, array_ops, math_ops, random_ops, state_ops, control_flow_primitives, control_flow_ops,
             nn_ops, training_ops, data_flow_ops, dataset_ops, checkpoint_ops, io_ops, accumulator_ops,
             compression_ops, mutex_ops, summary_ops, fusion_ops, sparse_ops, candidate_sampling_ops,
-            indexing_ops, embedding_ops, string_ops)
+            indexing_ops, embedding_ops, string_ops, tensor_array_ops)
+FAMILIES += (normalization_ops, depthwise_conv_ops, image_ops)  # batch norm, LRN, depthwise conv, resize
 # Gradient modules: ``register_ops`` (helper ops gradients need) and ``register_gradients``.
-GRADIENTS = (math_grad, array_grad, nn_grad, control_flow_grad, sparse_grad, indexing_grad, embedding_grad)
+GRADIENTS = (math_grad, array_grad, nn_grad, control_flow_grad, sparse_grad, indexing_grad, embedding_grad,
+             tensor_array_grad)
+GRADIENTS += (cnn_grad,)
 
 
 @hookimpl

@@ -1,6 +1,7 @@
 """``tw.contrib``: the parts of ``tf.contrib`` that TF1 programs commonly import and that
 tensorweave implements: ``layers``, ``framework``, ``learn.datasets``, ``training``'s ps
-strategies, ``opt.LazyAdamOptimizer`` (and ``rnn``, a placeholder until recurrent cells exist).
+strategies, ``opt.LazyAdamOptimizer`` and ``rnn`` (the cells of ``tw.nn.rnn_cell``,
+``static_rnn``, ``dynamic_rnn``).
 
 Anything else fails clearly: ``tw.contrib.slim`` raises an ``AttributeError`` and
 ``import tensorweave.contrib.slim`` a ``ModuleNotFoundError``, both saying that

@@ -14,8 +14,10 @@
   ``"Momentum"``, ``"RMSProp"``), class, instance or function, with gradient clipping,
   noise and multipliers, learning-rate decay, ``UPDATE_OPS`` and summaries.
 
-``batch_norm`` and ``layer_norm`` raise ``NotImplementedError``: the core has no
-batch-normalization ops yet. Any other ``tf.contrib.layers`` name raises an
+- ``batch_norm`` (``tw.layers.BatchNormalization`` with contrib's defaults: ``decay``,
+  ``scale=False``, ``updates_collections``, ``is_training``) and ``separable_conv2d``.
+
+``layer_norm`` raises ``NotImplementedError``. Any other ``tf.contrib.layers`` name raises an
 ``AttributeError`` that says it is not provided.
 """
 
@@ -29,7 +31,7 @@ from tensorweave.contrib.framework import add_arg_scope
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import GraphKeys, Tensor, apply_op, convert_to_tensor, get_default_graph
 from tensorweave.framework.indexed_slices import IndexedSlices
-from tensorweave.ops import array_ops, clip_ops, init_ops, math_ops, nn_ops, random_ops, summary_ops
+from tensorweave.ops import array_ops, clip_ops, init_ops, math_ops, nn, nn_ops, random_ops, summary_ops
 from tensorweave.ops import variable_scope as vs
 from tensorweave.ops.variables import Variable, trainable_variables
 from tensorweave.train.adagrad import AdagradOptimizer
@@ -43,6 +45,7 @@ from tensorweave.train.training_util import assert_global_step, get_global_step
 __all__ = [
     "fully_connected", "linear", "conv2d", "convolution2d", "conv2d_transpose", "convolution2d_transpose",
     "max_pool2d", "avg_pool2d", "flatten", "dropout", "one_hot_encoding", "batch_norm", "layer_norm",
+    "separable_conv2d", "separable_convolution2d",
     "xavier_initializer", "xavier_initializer_conv2d", "variance_scaling_initializer",
     "l1_regularizer", "l2_regularizer", "l1_l2_regularizer", "sum_regularizer", "apply_regularization",
     "optimize_loss", "OPTIMIZER_CLS_NAMES", "OPTIMIZER_SUMMARIES",
@@ -432,10 +435,108 @@ def one_hot_encoding(labels, num_classes, on_value=1.0, off_value=0.0, outputs_c
         return _collect_outputs(outputs_collections, outputs)
 
 
-def batch_norm(*args, **kwargs):
-    raise NotImplementedError(
-        "tf.contrib.layers.batch_norm is not provided by tensorweave: the core has no batch-normalization ops yet "
-        "(use normalizer_fn=None, or normalise inputs with tw.nn.moments)")
+@add_arg_scope
+def batch_norm(inputs, decay=0.999, center=True, scale=False, epsilon=0.001, activation_fn=None,
+               param_initializers=None, param_regularizers=None, updates_collections=GraphKeys.UPDATE_OPS,
+               is_training=True, reuse=None, variables_collections=None, outputs_collections=None, trainable=True,
+               batch_weights=None, fused=None, data_format="NHWC", zero_debias_moving_mean=False, scope=None,
+               renorm=False, renorm_clipping=None, renorm_decay=0.99, adjustment=None):
+    """Batch normalization (``tf.contrib.layers.batch_norm``), the normaliser ``conv2d`` and
+    ``fully_connected`` take as ``normalizer_fn``: ``tw.layers.BatchNormalization`` with
+    contrib's defaults and names (scope ``BatchNorm``; ``beta``, ``moving_mean`` and
+    ``moving_variance`` model variables, ``gamma`` only with ``scale=True``). The moving
+    averages decay by ``decay``; their update ops join ``updates_collections``, or with None
+    run with the output. ``is_training`` is a bool or a bool scalar tensor. The channel axis
+    is the last (``NHWC``) or the second (``NCHW``, rank 4)."""
+    fn = "batch_norm"
+    if batch_weights is not None or zero_debias_moving_mean:
+        raise errors.UnimplementedError(f"tw.contrib.layers.{fn}: batch_weights and zero_debias_moving_mean are "
+                                        "not supported")
+    if data_format not in ("NHWC", "NCHW"):
+        raise _E(f"tw.contrib.layers.{fn}: data_format must be 'NHWC' or 'NCHW', got {data_format!r}")
+    inits = dict(param_initializers or {})
+    regs = dict(param_regularizers or {})
+    unknown = (set(inits) | set(regs)) - {"beta", "gamma", "moving_mean", "moving_variance"}
+    if unknown:
+        raise _E(f"tw.contrib.layers.{fn}: unknown parameter names {sorted(unknown)} (expected beta, gamma, "
+                 "moving_mean, moving_variance)")
+    x = _float_tensor(inputs, fn)
+    rank = x.shape.ndims
+    if rank is None or rank < 2:
+        raise _E(f"tw.contrib.layers.{fn}: inputs must have a known rank of at least 2, got '{x.name}' of shape "
+                 f"{x.shape}")
+    axis = 1 if data_format == "NCHW" and rank == 4 else -1
+    zeros, ones = init_ops.zeros_initializer(), init_ops.ones_initializer()
+    layer = core_layers.BatchNormalization(
+        axis=axis, momentum=decay, epsilon=epsilon, center=center, scale=scale,
+        beta_initializer=inits.get("beta", zeros), gamma_initializer=inits.get("gamma", ones),
+        moving_mean_initializer=inits.get("moving_mean", zeros),
+        moving_variance_initializer=inits.get("moving_variance", ones),
+        beta_regularizer=regs.get("beta"), gamma_regularizer=regs.get("gamma"), renorm=renorm,
+        renorm_clipping=renorm_clipping, renorm_momentum=renorm_decay, fused=fused, trainable=trainable,
+        adjustment=adjustment, name=scope, _reuse=reuse, _scope="BatchNorm", _updates_collections=updates_collections,
+        _variable_collections=lambda kind: _collections(variables_collections, kind))
+    outputs = layer.apply(x, training=is_training)
+    if activation_fn is not None:
+        outputs = activation_fn(outputs)
+    return _collect_outputs(outputs_collections, outputs)
+
+
+@add_arg_scope
+def separable_conv2d(inputs, num_outputs, kernel_size, depth_multiplier=1, stride=1, padding="SAME",
+                     data_format="NHWC", rate=1, activation_fn=nn_ops.relu, normalizer_fn=None,
+                     normalizer_params=None, weights_initializer=None, pointwise_initializer=None,
+                     weights_regularizer=None, biases_initializer=init_ops.zeros_initializer(),
+                     biases_regularizer=None, reuse=None, variables_collections=None, outputs_collections=None,
+                     trainable=True, scope=None):
+    """Depthwise-separable convolution (``tf.contrib.layers.separable_conv2d``): a depthwise
+    convolution with ``depthwise_weights`` (``kernel_size + [in, depth_multiplier]``), then,
+    unless ``num_outputs`` is None, a 1x1 convolution with ``pointwise_weights``
+    (``[1, 1, in * depth_multiplier, num_outputs]``); biases, ``normalizer_fn`` and
+    ``activation_fn`` as ``conv2d``."""
+    fn = "separable_conv2d"
+    if num_outputs is not None:
+        num_outputs = _positive_int(num_outputs, "num_outputs", fn)
+    depth_multiplier = _positive_int(depth_multiplier, "depth_multiplier", fn)
+    if data_format not in ("NHWC", "NCHW"):
+        raise _E(f"tw.contrib.layers.{fn}: data_format must be 'NHWC' or 'NCHW', got {data_format!r}")
+    (kh, kw), (sh, sw), (dh, dw) = _pair(kernel_size, "kernel_size", fn), _pair(stride, "stride", fn), \
+        _pair(rate, "rate", fn)
+    pad = _padding(padding, fn)
+    with vs.variable_scope(scope, default_name="SeparableConv2d", reuse=reuse):
+        x = _float_tensor(inputs, fn)
+        c_axis = 3 if data_format == "NHWC" else 1
+        if x.shape.ndims != 4 or x.shape[c_axis] is None:
+            raise _E(f"tw.contrib.layers.{fn}: inputs must be 4-D ({data_format}) with known channels, got "
+                     f"'{x.name}' of shape {x.shape}")
+        in_ch = x.shape[c_axis]
+        init = weights_initializer or xavier_initializer()
+        depthwise = vs.get_variable("depthwise_weights", [kh, kw, in_ch, depth_multiplier], dtype=x.dtype,
+                                    initializer=init, regularizer=weights_regularizer, trainable=trainable,
+                                    collections=_collections(variables_collections, "weights"))
+        strides = [1, sh, sw, 1] if data_format == "NHWC" else [1, 1, sh, sw]
+        rate_arg = None if (dh, dw) == (1, 1) else [dh, dw]
+        if num_outputs is not None:
+            pointwise = vs.get_variable("pointwise_weights", [1, 1, in_ch * depth_multiplier, num_outputs],
+                                        dtype=x.dtype, initializer=pointwise_initializer or init,
+                                        regularizer=weights_regularizer, trainable=trainable,
+                                        collections=_collections(variables_collections, "weights"))
+            outputs = nn.separable_conv2d(x, depthwise, pointwise, strides, pad, rate=rate_arg,
+                                          data_format=data_format)
+            out_dim = num_outputs
+        else:
+            outputs = nn.depthwise_conv2d(x, depthwise, strides, pad, rate=rate_arg, data_format=data_format)
+            out_dim = in_ch * depth_multiplier
+        biases = None
+        if normalizer_fn is None and biases_initializer is not None:
+            biases = vs.get_variable("biases", [out_dim], dtype=x.dtype, initializer=biases_initializer,
+                                     regularizer=biases_regularizer, trainable=trainable,
+                                     collections=_collections(variables_collections, "biases"))
+        outputs = _finish(outputs, biases, normalizer_fn, normalizer_params, activation_fn, data_format)
+        return _collect_outputs(outputs_collections, outputs)
+
+
+separable_convolution2d = separable_conv2d
 
 
 def layer_norm(*args, **kwargs):

@@ -531,6 +531,10 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
     if not _flatten(loop_vars):
         raise errors.InvalidArgumentError("tw.while_loop: loop_vars must contain at least one tensor")
     try_to_pack = (single or len(loop_vars) == 1) and not return_same_structure
+    if any(hasattr(v, "_as_loop_flow") for v in _flatten(loop_vars)):
+        out = _while_loop_with_arrays(cond, body, loop_vars, shape_invariants, parallel_iterations, back_prop,
+                                      swap_memory, name, maximum_iterations)
+        return out[0] if try_to_pack else out
     leaves = _flatten(loop_vars)
     graph = next((v.graph for v in leaves if isinstance(v, Tensor)), None) or get_default_graph()
     with graph.as_default(), graph.name_scope(name or "while") as scope:
@@ -563,6 +567,34 @@ def while_loop(cond, body, loop_vars, shape_invariants=None, parallel_iterations
             ctx = WhileContext(graph, loop_name, parallel_iterations, back_prop, swap_memory)
             out = ctx.build_loop(cond, body, loop_vars, shape_invariants)
         return out[0] if try_to_pack else out
+
+
+def _while_loop_with_arrays(cond, body, loop_vars, shape_invariants, parallel_iterations, back_prop, swap_memory,
+                            name, maximum_iterations):
+    """A loop with TensorArrays (objects with ``_as_loop_flow``/``_from_loop_flow``) among
+    its variables: each passes through the loop as its flow tensor, and cond, body and the
+    result see TensorArrays again (TF1's ``_convert_tensorarray_to_flow``)."""
+    templates = _flatten(loop_vars)
+
+    def arrays(flat):
+        return _pack_as(loop_vars, [t._from_loop_flow(v) if hasattr(t, "_as_loop_flow") else v
+                                    for t, v in zip(templates, flat)])
+
+    def flows(s):
+        if not _is_seq(s):
+            return s._as_loop_flow() if hasattr(s, "_as_loop_flow") else s
+        return _pack_as(s, [v._as_loop_flow() if hasattr(v, "_as_loop_flow") else v for v in _flatten(s)])
+
+    if shape_invariants is not None:
+        inv = _flatten_like(loop_vars, shape_invariants)
+        if inv is not None:
+            shape_invariants = _pack_as(loop_vars, [TensorShape([]) if hasattr(t, "_as_loop_flow") else s
+                                                    for t, s in zip(templates, inv)])
+    out = while_loop(lambda *a: cond(*arrays(_flatten(list(a)))),
+                     lambda *a: flows(body(*arrays(_flatten(list(a))))),
+                     flows(loop_vars), shape_invariants, parallel_iterations, back_prop, swap_memory, name,
+                     maximum_iterations, return_same_structure=True)
+    return arrays(_flatten(out))
 
 
 def _normalize_result(loop_vars, result):

@@ -1,5 +1,6 @@
 """The ``tw.nn`` namespace (TF1 ``tf.nn``)."""
 
+from tensorweave.ops import rnn_cell  # noqa: F401  (tw.nn.rnn_cell.BasicLSTMCell, ...)
 from tensorweave.ops.candidate_sampling_ops import (  # noqa: F401
     all_candidate_sampler,
     compute_accidental_hits,
@@ -7,6 +8,13 @@ from tensorweave.ops.candidate_sampling_ops import (  # noqa: F401
     learned_unigram_candidate_sampler,
     log_uniform_candidate_sampler,
     uniform_candidate_sampler,
+)
+from tensorweave.ops.depthwise_conv_ops import (  # noqa: F401
+    depthwise_conv2d,
+    depthwise_conv2d_native,
+    depthwise_conv2d_native_backprop_filter,
+    depthwise_conv2d_native_backprop_input,
+    separable_conv2d,
 )
 from tensorweave.ops.embedding_ops import embedding_lookup, embedding_lookup_sparse  # noqa: F401
 from tensorweave.ops.indexing_ops import top_k  # noqa: F401
@@ -35,4 +43,16 @@ from tensorweave.ops.nn_ops import (  # noqa: F401
     softplus,
     sparse_softmax_cross_entropy_with_logits,
     xw_plus_b,
+)
+from tensorweave.ops.normalization_ops import (  # noqa: F401
+    batch_normalization,
+    fused_batch_norm,
+    local_response_normalization,
+    lrn,
+)
+from tensorweave.ops.rnn import (  # noqa: F401
+    bidirectional_dynamic_rnn,
+    dynamic_rnn,
+    static_bidirectional_rnn,
+    static_rnn,
 )

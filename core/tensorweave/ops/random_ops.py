@@ -1,9 +1,11 @@
 """Random ops: uniform, normal, truncated normal, uniform integers and shuffle, with TF1's
 graph- and op-level seeds.
 
-Every random op is stateful: its kernel (and the generator inside it) is built once per
+Every random op is stateful: its kernel (and the stream inside it) is built once per
 Session, so successive runs give new values while a new Session with the same seeds replays
-the same sequence. Seeds (TF1 semantics, see ``get_seed``):
+the same sequence. RandomUniform, RandomStandardNormal, TruncatedNormal and RandomUniformInt
+draw from the Philox4x32-10 streams of ``kernels/random.py`` on every device, so a seed gives
+the same values on the CPU, OpenCL and CUDA. Seeds (TF1 semantics, see ``get_seed``):
 
 - neither a graph seed (``tw.set_random_seed``) nor an op seed: nondeterministic;
 - a graph seed only: each op's seed is derived from the graph, in construction order;

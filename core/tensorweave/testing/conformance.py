@@ -10,8 +10,8 @@ the forward and gradient ops on the device, against the same on the CPU (float32
 
 Data inputs are fed through placeholders of fully defined shape; inputs that act as attrs
 (axes, shapes, permutations, sizes) are constants. Stateful ops run on variables created on
-the device; random ops are checked for shape, dtype and their distribution's invariants,
-not values.
+the device; random ops against the CPU's Philox streams (``tensorweave.kernels.random``:
+uniforms bit for bit, normals to float rounding) and their distribution's invariants.
 
 The pytest plugin (``tensorweave.testing.pytest_plugin``, ``pytest --tw-device=OPENCL``)
 turns :func:`plan` into test items and reports what is missing. The same API works without
@@ -74,6 +74,11 @@ AUX_TYPE_ATTRS = frozenset({"Tidx", "Tshape", "Tperm", "Index", "Tmultiples", "T
 # device (the control-flow primitives; tested through tw.cond/tw.while_loop instead).
 STRUCTURAL = frozenset({"Placeholder", "NoOp", "Switch", "Merge", "Enter", "Exit", "NextIteration",
                         "LoopCond", "ControlTrigger"})
+# TensorArray ops: a per-step resource behind a string handle, nothing to compare op by op;
+# tested through tw.TensorArray (tests/ops/test_tensor_array.py) on every device.
+STRUCTURAL |= frozenset({"TensorArrayV3", "TensorArrayWriteV3", "TensorArrayReadV3", "TensorArrayGatherV3",
+                         "TensorArrayScatterV3", "TensorArrayConcatV3", "TensorArraySplitV3", "TensorArraySizeV3",
+                         "TensorArrayCloseV3", "TensorArrayGradV3"})
 
 
 class ConformanceFailure(AssertionError):
@@ -701,13 +706,27 @@ def sparse_apply_update(op_type):
     return gen
 
 
-# random ops: invariants, not values
+# random ops: every device draws the CPU's Philox streams (tensorweave.kernels.random): uniform
+# values equal bit for bit, normals to the rounding of log/cos/sin (a few ulp); plus invariants.
+# RandomShuffle (a NumPy permutation on the CPU) is checked by its invariant only.
+_NORMAL_TOL = {"float16": (2e-3, 2e-3), "float32": (2e-6, 1e-7), "float64": (4e-15, 1e-16)}
+
+
 def _random(op_type):
     def check(dev, cpu, case):
         for d, c in zip(dev, cpu):
             d = np.asarray(d)
             if d.shape != np.shape(c) or d.dtype != np.asarray(c).dtype:
                 raise ConformanceFailure(f"shape/dtype {d.shape} {d.dtype}, CPU gives {np.shape(c)} {np.asarray(c).dtype}")
+            if op_type in ("RandomUniform", "RandomUniformInt") and not np.array_equal(d, c):
+                bad = int(np.count_nonzero(d != c))
+                raise ConformanceFailure(f"{bad} of {d.size} values differ from the CPU's Philox stream (same seeds)")
+            if op_type in ("RandomStandardNormal", "TruncatedNormal"):
+                rtol, atol = _NORMAL_TOL[d.dtype.name]
+                if not np.allclose(d, c, rtol=rtol, atol=atol):
+                    worst = float(np.max(np.abs(d.astype(np.float64) - np.asarray(c, np.float64))))
+                    raise ConformanceFailure(f"values differ from the CPU's Philox stream by up to {worst:.3g} "
+                                             f"(rtol {rtol}, atol {atol})")
             if op_type == "RandomUniform" and not ((d >= 0) & (d < 1)).all():
                 raise ConformanceFailure(f"values outside [0, 1): {d.min()} .. {d.max()}")
             if op_type == "TruncatedNormal" and not (np.abs(d.astype(np.float64)) <= 2.0 + 1e-3).all():
@@ -863,6 +882,120 @@ def vocabulary_lookup(dtype, rng):
 
 
 # ---------------------------------------------------------------------------------------
+# batch normalization, LRN, depthwise convolution, resizing (ops/normalization_ops.py,
+# ops/depthwise_conv_ops.py, ops/image_ops.py)
+def _bn_u(dtype):
+    return "float32" if dtype == "float16" else dtype
+
+
+def fused_batch_norm(v3):
+    def gen(dtype, rng):
+        u = dtype if not v3 else _bn_u(dtype)
+        out = []
+        for shape, fmt, training in (((2, 3, 4, 3), "NHWC", True), ((2, 3, 2, 4), "NCHW", True),
+                                     ((2, 3, 4, 3), "NHWC", False)):
+            c = shape[3] if fmt == "NHWC" else shape[1]
+            stats = [values((c,), u, rng), values((c,), u, rng, "pos")] if not training else \
+                [np.zeros((0,), u), np.zeros((0,), u)]
+            out.append(Case([values(shape, dtype, rng), values((c,), u, rng, "pos"), values((c,), u, rng)] + stats,
+                            {"epsilon": 0.001, "data_format": fmt, "is_training": training},
+                            f"{_label(shape)}-{fmt}-{'train' if training else 'infer'}",
+                            grad_args=(0, 1, 2), grad_outputs=(0,)))
+        return out
+    return gen
+
+
+def fused_batch_norm_grad(v3):
+    def gen(dtype, rng):
+        u = dtype if not v3 else _bn_u(dtype)
+        out = []
+        for shape, fmt, training in (((2, 3, 4, 3), "NHWC", True), ((2, 3, 2, 4), "NCHW", True),
+                                     ((2, 3, 4, 3), "NHWC", False)):
+            c = shape[3] if fmt == "NHWC" else shape[1]
+            inputs = [values(shape, dtype, rng), values(shape, dtype, rng), values((c,), u, rng, "pos"),
+                      values((c,), u, rng), values((c,), u, rng, "pos")] + ([np.zeros((0,), u)] if v3 else [])
+            out.append(Case(inputs, {"epsilon": 0.001, "data_format": fmt, "is_training": training},
+                            f"{_label(shape)}-{fmt}-{'train' if training else 'infer'}"))
+        return out
+    return gen
+
+
+_LRN = [({"depth_radius": 2, "bias": 1.0, "alpha": 0.3, "beta": 0.75}, (2, 3, 3, 6)),
+        ({}, (1, 2, 2, 3))]
+
+
+def lrn(dtype, rng):
+    return [Case([values(s, dtype, rng)], dict(a), f"{_label(s)}-r{a.get('depth_radius', 5)}") for a, s in _LRN]
+
+
+def lrn_grad(dtype, rng):
+    out = []
+    for a, s in _LRN:
+        x = values(s, dtype, rng)
+        r, bias, alpha, beta = a.get("depth_radius", 5), a.get("bias", 1.0), a.get("alpha", 1.0), a.get("beta", 0.5)
+        sq = np.square(x.astype(np.float64))
+        cs = np.concatenate([np.zeros(s[:3] + (1,)), np.cumsum(sq, -1)], -1)
+        d = np.arange(s[3])
+        y = (x / (bias + alpha * (cs[..., np.minimum(d + r + 1, s[3])] - cs[..., np.maximum(d - r, 0)])) ** beta)
+        out.append(Case([values(s, dtype, rng), x, y.astype(dtype)], dict(a), f"{_label(s)}-r{r}"))
+    return out
+
+
+_DEPTHWISE = [  # input shape (NHWC), filter shape, strides, padding, dilations
+    ((1, 5, 5, 2), (3, 3, 2, 2), [1, 1, 1, 1], "SAME", [1, 1, 1, 1]),
+    ((1, 5, 5, 2), (3, 3, 2, 1), [1, 2, 2, 1], "VALID", [1, 1, 1, 1]),
+    ((2, 4, 4, 3), (2, 2, 3, 2), [1, 2, 2, 1], "SAME", [1, 1, 1, 1]),
+    ((1, 6, 6, 2), (2, 2, 2, 2), [1, 1, 1, 1], "SAME", [1, 2, 2, 1]),
+]
+
+
+def _dw_out(i, f, s, p, d):
+    eff = (f[0] - 1) * d[1] + 1, (f[1] - 1) * d[2] + 1
+    n, oh, ow, _ = _conv_out(i, (eff[0], eff[1], i[3], i[3] * f[3]), s, p)
+    return (n, oh, ow, i[3] * f[3])
+
+
+def depthwise(dtype, rng):
+    return [Case([values(i, dtype, rng), values(f, dtype, rng)], {"strides": s, "padding": p, "dilations": d},
+                 f"{_label(i, f)}-s{s[1]}-d{d[1]}-{p}") for i, f, s, p, d in _DEPTHWISE]
+
+
+def depthwise_backprop_input(dtype, rng):
+    return [Case([_i32(*i), values(f, dtype, rng), values(_dw_out(i, f, s, p, d), dtype, rng)],
+                 {"strides": s, "padding": p, "dilations": d}, f"{_label(i, f)}-s{s[1]}-d{d[1]}-{p}")
+            for i, f, s, p, d in _DEPTHWISE]
+
+
+def depthwise_backprop_filter(dtype, rng):
+    return [Case([values(i, dtype, rng), _i32(*f), values(_dw_out(i, f, s, p, d), dtype, rng)],
+                 {"strides": s, "padding": p, "dilations": d}, f"{_label(i, f)}-s{s[1]}-d{d[1]}-{p}")
+            for i, f, s, p, d in _DEPTHWISE]
+
+
+_RESIZE = [((2, 3, 4, 2), (5, 7), {}), ((1, 4, 6, 1), (2, 3), {}), ((1, 3, 4, 2), (5, 6), {"align_corners": True}),
+           ((1, 3, 4, 2), (7, 5), {"half_pixel_centers": True})]
+
+
+def _resize_label(i, size, a):
+    return f"{_label(i)}->{size[0]}x{size[1]}" + "".join(f"-{k}" for k in sorted(a))
+
+
+def resize(dtype, rng):
+    return [Case([values(i, dtype, rng), _i32(*size)], dict(a), _resize_label(i, size, a), modes=("feed", "const"))
+            for i, size, a in _RESIZE]
+
+
+def resize_bilinear_grad(dtype, rng):
+    return [Case([values((i[0], *size, i[3]), "float32", rng), values(i, dtype, rng)], dict(a),
+                 _resize_label(i, size, a)) for i, size, a in _RESIZE]
+
+
+def resize_nearest_grad(dtype, rng):
+    return [Case([values((i[0], *size, i[3]), dtype, rng, "small"), _i32(*i[1:3])], dict(a),
+                 _resize_label(i, size, a), modes=("feed", "const")) for i, size, a in _RESIZE]
+
+
+# ---------------------------------------------------------------------------------------
 # the table
 @dataclasses.dataclass
 class OpSpec:
@@ -930,6 +1063,18 @@ def _table() -> dict[str, OpSpec]:
     t["MaxPoolGrad"] = OpSpec(max_pool_grad)
     t["AvgPoolGrad"] = OpSpec(avg_pool_grad)
     t["InTopK"] = OpSpec(in_top_k)
+    t["FusedBatchNorm"] = OpSpec(fused_batch_norm(False))
+    t["FusedBatchNormV3"] = OpSpec(fused_batch_norm(True), type_attr="T")
+    t["FusedBatchNormGrad"] = OpSpec(fused_batch_norm_grad(False))
+    t["FusedBatchNormGradV3"] = OpSpec(fused_batch_norm_grad(True), type_attr="T")
+    t["LRN"] = OpSpec(lrn)
+    t["LRNGrad"] = OpSpec(lrn_grad)
+    t["DepthwiseConv2dNative"] = OpSpec(depthwise)
+    t["DepthwiseConv2dNativeBackpropInput"] = OpSpec(depthwise_backprop_input)
+    t["DepthwiseConv2dNativeBackpropFilter"] = OpSpec(depthwise_backprop_filter)
+    t["ResizeBilinear"] = t["ResizeNearestNeighbor"] = OpSpec(resize)
+    t["ResizeBilinearGrad"] = OpSpec(resize_bilinear_grad)
+    t["ResizeNearestNeighborGrad"] = OpSpec(resize_nearest_grad)
     t["Reshape"] = OpSpec(reshape)
     t["ExpandDims"] = OpSpec(expand_dims)
     t["Squeeze"] = OpSpec(squeeze)

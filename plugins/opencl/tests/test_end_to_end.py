@@ -200,8 +200,8 @@ def test_conformance_kit_passes_for_opencl():
 
 
 def test_digits_cnn_steps_match_the_cpu(digits):
-    """Conv2D, pooling and their gradients in a training step (random initializers have no
-    OPENCL kernel: soft placement runs them on the CPU, seeded, so both runs start alike)."""
+    """Conv2D, pooling and their gradients in a training step (the seeded initializers draw
+    the same Philox stream on OPENCL and on the CPU, so both runs start alike)."""
     xtr, ytr, _, _ = digits
 
     def run(device):

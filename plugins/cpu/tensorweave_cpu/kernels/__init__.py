@@ -13,6 +13,7 @@ from tensorweave.kernels import state as core_state
 
 FAMILIES = ("array", "math", "random", "nn", "training", "checkpoint", "io", "compression", "sparse", "sampling",
             "indexing", "embedding", "strings")
+FAMILIES += ("normalization", "depthwise", "image")  # batch norm and LRN, depthwise convolution, resizing
 
 
 def register_all(registry):

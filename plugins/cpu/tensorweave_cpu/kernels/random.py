@@ -1,8 +1,11 @@
-"""Random kernels (NumPy Generators, one per node, created once per session).
+"""Random kernels: RandomUniform, RandomStandardNormal, TruncatedNormal and RandomUniformInt
+draw from the Philox4x32-10 streams of ``tensorweave.kernels.random`` (the reference those
+of every other device match: same seeds, same values); RandomShuffle from a NumPy Generator.
 
 Random ops are stateful, so the executor builds these kernels once per Session and node:
-the generator made in the factory carries on from run to run, and a new Session starts the
-sequence again from the op's seeds. Seeds (0, 0) mean "nondeterministic" (OS entropy).
+the stream (or generator) made in the factory carries on from run to run, and a new Session
+starts the sequence again from the op's seeds. Seeds (0, 0) mean "nondeterministic" (OS
+entropy).
 """
 
 from __future__ import annotations
@@ -10,11 +13,11 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.kernels import random as philox
 
 CPU = "CPU"
 _E = errors.InvalidArgumentError
 _MASK64 = (1 << 64) - 1
-_BELOW_ONE_F16 = np.nextafter(np.float16(1), np.float16(0))
 
 
 def _generator(ctx):
@@ -33,46 +36,20 @@ def _dims(ctx, shape):
     return dims
 
 
-def _uniform(ctx):
-    rng = _generator(ctx)
-    dt = ctx.attrs["dtype"].np_dtype
-    if dt == np.float16:
-        # float32 values just below 1 round up to 1.0 in float16; keep the interval half-open.
-        return lambda shape: np.minimum(rng.random(_dims(ctx, shape), dtype=np.float32).astype(np.float16),
-                                        _BELOW_ONE_F16)
-    return lambda shape: rng.random(_dims(ctx, shape), dtype=dt)
+def _floats(op):
+    def factory(ctx):
+        stream = philox.PhiloxStream.for_node(ctx)
+        dt = ctx.attrs["dtype"].np_dtype
 
-
-def _gen_dtype(dt):
-    return dt if dt in (np.float32, np.float64) else np.float32
-
-
-def _normal(ctx):
-    rng = _generator(ctx)
-    dt = ctx.attrs["dtype"].np_dtype
-    gdt = _gen_dtype(dt)
-    return lambda shape: rng.standard_normal(_dims(ctx, shape), dtype=gdt).astype(dt, copy=False)
-
-
-def _truncated_normal(ctx):
-    rng = _generator(ctx)
-    dt = ctx.attrs["dtype"].np_dtype
-    gdt = _gen_dtype(dt)
-
-    def truncated(shape):
-        x = rng.standard_normal(_dims(ctx, shape), dtype=gdt)
-        bad = np.abs(x) > 2
-        n = int(np.count_nonzero(bad))
-        while n:  # about 4.6% of draws are redrawn each round
-            x[bad] = rng.standard_normal(n, dtype=gdt)
-            bad = np.abs(x) > 2
-            n = int(np.count_nonzero(bad))
-        return x.astype(dt, copy=False)
-    return truncated
+        def random(shape):
+            dims = _dims(ctx, shape)
+            return philox.draw(stream, op, dt, int(np.prod(dims, dtype=np.int64))).reshape(dims)
+        return random
+    return factory
 
 
 def _uniform_int(ctx):
-    rng = _generator(ctx)
+    stream = philox.PhiloxStream.for_node(ctx)
     dt = ctx.attrs["Tout"].np_dtype
 
     def uniform_int(shape, minval, maxval):
@@ -81,7 +58,8 @@ def _uniform_int(ctx):
         lo, hi = int(minval), int(maxval)
         if lo >= hi:
             raise ctx.error(_E, f"need minval < maxval, got minval {lo} and maxval {hi}")
-        return rng.integers(lo, hi, size=_dims(ctx, shape), dtype=dt)
+        dims = _dims(ctx, shape)
+        return philox.uniform_int(stream, dt, int(np.prod(dims, dtype=np.int64)), lo, hi).reshape(dims)
     return uniform_int
 
 
@@ -96,8 +74,7 @@ def _shuffle(ctx):
 
 
 def register(reg):
-    reg.register("RandomUniform", CPU, factory=_uniform)
-    reg.register("RandomStandardNormal", CPU, factory=_normal)
-    reg.register("TruncatedNormal", CPU, factory=_truncated_normal)
+    for op in ("RandomUniform", "RandomStandardNormal", "TruncatedNormal"):
+        reg.register(op, CPU, factory=_floats(op))
     reg.register("RandomUniformInt", CPU, factory=_uniform_int)
     reg.register("RandomShuffle", CPU, factory=_shuffle)

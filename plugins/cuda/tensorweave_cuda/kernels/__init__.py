@@ -28,6 +28,7 @@ from tensorweave_cuda.kernels import catalog
 KERNEL_DIR = Path(__file__).resolve().parent
 FAMILIES = ("elementwise", "reduction", "nn", "array", "training", "matmul", "conv", "pooling", "random",
             "compression", "indexing", "rows")
+FAMILIES += ("normalization", "depthwise", "image")  # batch norm and LRN, depthwise convolution, resizing
 # Families whose kernels call cuBLAS: registered only where it loaded.
 BLAS_FAMILIES = ("matmul", "conv")
 _INCLUDE = re.compile(r'^#include "([\w.]+)"\s*$', re.M)

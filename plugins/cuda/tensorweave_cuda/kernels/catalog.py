@@ -467,6 +467,41 @@ def compression_kernels() -> list[KernelRef]:
 
 
 # ---------------------------------------------------------------------------------------
+# normalization.cu, depthwise.cu, image.cu: batch norm and LRN, depthwise convolution,
+# resizing (one module each). Depthwise geometry: n, h, w, c, kh, kw, sh, sw, dh, dw, pt, pl,
+# oh, ow, m (channel multiplier), then nchw (int). Resize: the tensors, the sampling table
+# (int32), then n (items), c, h, w (input), oh, ow (output). Normalization scalars (eps, ...)
+# are doubles (d), cast to the kernel's type.
+DEPTHWISE_GEOMETRY = "q" * 15 + "i"
+CNN_SIGS = {  # kernel base -> (file, signature, dtypes)
+    "bn_stats": ("normalization.cu", "PPPPPqqqid", FLOAT),       # x, mean, batch_var, r1, r2, c, rows, hw, nchw, bessel
+    "bn_apply": ("normalization.cu", "PPPPPPdqqqi", FLOAT),      # x, scale, offset, mean, var, y, eps, n, c, hw, nchw
+    "bn_grad_sums": ("normalization.cu", "PPPPPPPdqqqi", FLOAT),  # dy, x, mean, var, doffset, dscale, dy_xc, eps, ...
+    "bn_grad_dx": ("normalization.cu", "PPPPPPPPdqqqiid", FLOAT),  # ..., dx, eps, n, c, hw, nchw, training, count
+    "lrn": ("normalization.cu", "PPqqqddd", FLOAT),              # x, y, n, c, r, bias, alpha, beta
+    "lrn_grad": ("normalization.cu", "PPPPqqqddd", FLOAT),       # g, x, y, dx, n, c, r, bias, alpha, beta
+    "depthwise": ("depthwise.cu", "PPP" + DEPTHWISE_GEOMETRY, FLOAT),                  # x, f, y
+    "depthwise_backprop_input": ("depthwise.cu", "PPP" + DEPTHWISE_GEOMETRY, FLOAT),   # f, dy, dx
+    "depthwise_backprop_filter": ("depthwise.cu", "PPP" + DEPTHWISE_GEOMETRY, FLOAT),  # x, dy, df
+    "resize_bilinear": ("image.cu", "PPP" + "q" * 6, NUMERIC),          # x, y (float32), table
+    "resize_nearest": ("image.cu", "PPP" + "q" * 6, NUMERIC),           # x, y, table
+    "resize_bilinear_grad": ("image.cu", "PPP" + "q" * 6, FLOAT),       # grads (float32), dx, table
+    "resize_nearest_grad": ("image.cu", "PPP" + "q" * 6, ("float32", "float64", "int32")),  # grads, dx, table
+}
+
+
+def cnn_kernel(base: str, dt: DType) -> KernelRef:
+    file, sig, allowed = CNN_SIGS[base]
+    if dt.name not in allowed:
+        raise KeyError(f"no CUDA {base} kernel for {dt.name}")
+    return KernelRef(file, (), f"tw_{base}_{dt.suffix}", sig)
+
+
+def cnn_kernels() -> list[KernelRef]:
+    return [cnn_kernel(base, DTYPES[t]) for base, (_, _, allowed) in CNN_SIGS.items() for t in allowed]
+
+
+# ---------------------------------------------------------------------------------------
 def all_kernels() -> list[KernelRef]:
     """Every function of every module the plugin may load, grouped by nothing in particular."""
     out = []
@@ -477,7 +512,7 @@ def all_kernels() -> list[KernelRef]:
     for name in ALL:
         out += indexing_kernels(DTYPES[name])
     return (out + cast_kernels() + arg_kernels() + softmax_kernels() + training_kernels() + conv_kernels()
-            + pool_kernels() + random_kernels() + compression_kernels())
+            + pool_kernels() + random_kernels() + compression_kernels() + cnn_kernels())
 
 
 def modules() -> dict[tuple, list[KernelRef]]:

@@ -3,7 +3,9 @@
 // function of (key, counter), so any thread computes any block, and a launch's numbers do not
 // depend on its grid. Counter words 0-1 are a 64-bit block number (the node's offset plus the
 // block index), words 2-3 the stream (the op's seed2), the key the op's seed; random.py keeps
-// the offset per node and advances it past the blocks each run used.
+// the offset per node and advances it past the blocks each run used. This is the stream of
+// tensorweave.kernels.random (its docstring is the specification): the CPU's NumPy kernels and
+// OpenCL's random.cl compute the same values, uniforms bit for bit, normals to float rounding.
 //
 // Each 128-bit block gives 4 float32 values or 2 float64 values:
 //   uniform   float32: the top 24 bits of a word times 2^-24; float64: 53 bits times 2^-53 (in [0, 1))

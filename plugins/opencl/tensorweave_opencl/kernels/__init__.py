@@ -18,7 +18,8 @@ from tensorweave.kernels import state as core_state
 from tensorweave_opencl.kernels.common import ALL, OPENCL
 
 FAMILIES = ("elementwise", "reduce", "matmul", "nn", "spatial", "array", "slicing", "gather", "scan", "shapes",
-            "training", "compression", "scatter", "selection", "segment", "pad", "sparse")
+            "training", "compression", "scatter", "selection", "segment", "pad", "sparse", "random")
+FAMILIES += ("normalization", "depthwise", "image")  # batch norm and LRN, depthwise convolution, resizing
 
 
 def register_all(registry):
