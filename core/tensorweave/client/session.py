@@ -167,6 +167,8 @@ class Session:
             step = StepContext(next(self._step_ids), None, options, self, stats)
             if plan.dynamic:
                 self._active_steps.add(step)  # only steps that can wait need cancelling on close
+                if self._closed:  # closed while this run was being planned: close() missed it
+                    step.cancel()
                 try:
                     out = part.run_dynamic(feed_vals, step, self._thread_pool(), timeout)
                 finally:

@@ -23,7 +23,10 @@ class GraphOptions:
     ``enable_elementwise_fusion``: compute each group of connected element-wise ops on a
     device as one compiled kernel, on devices whose plugin provides a fuser (the CPU's needs
     numba: ``pip install tensorweave-cpu[fusion]``); the environment variable
-    ``TENSORWEAVE_ELEMENTWISE_FUSION=0``/``1`` overrides it.
+    ``TENSORWEAVE_ELEMENTWISE_FUSION=0``/``1`` overrides it. ``enable_loop_compilation``:
+    run each while loop whose frame sits on one device as one node with a flat
+    per-iteration schedule (runtime/loops.py) instead of routing every activation through
+    frames; ``TENSORWEAVE_LOOP_COMPILATION=0``/``1`` overrides it.
     """
 
     enable_cse: bool = True
@@ -31,6 +34,7 @@ class GraphOptions:
     enable_recv_scheduling: bool = True
     enable_bfloat16_sendrecv: bool = False
     enable_elementwise_fusion: bool = True
+    enable_loop_compilation: bool = True
 
 
 @dataclasses.dataclass

@@ -39,6 +39,12 @@ from tensorweave.runtime.frames import ROOT, FrameInfo, FrameState
 from tensorweave.runtime.rendezvous import make_key
 from tensorweave.runtime.step import (
     DEAD,
+    K_BINARY,
+    K_FREE,
+    K_GENERIC,
+    K_NULLARY,
+    K_UNARY,
+    SMALL_BYTES,
     StepContext,
     StepState,
     StepStatsCollector,
@@ -48,16 +54,6 @@ from tensorweave.runtime.step import (
     transfer_record,
     wrap_kernel_error,
 )
-
-# Step kinds of the flat schedule. NULLARY/UNARY/BINARY steps call their kernel directly with
-# 0, 1 or 2 input slots (their value is the number of inputs); GENERIC steps go through
-# _run_generic (async, context, several outputs, allocator tracking); FREE drops dead slots.
-K_NULLARY, K_UNARY, K_BINARY, K_GENERIC, K_FREE = 0, 1, 2, 3, 4
-
-# Outputs smaller than this are neither tracked by the allocator nor dropped early: the
-# CPU allocator's accounting (a weak reference per array, about 1 us) would cost more than
-# computing them. Decided at plan time from static shapes, else per output at run time.
-SMALL_BYTES = 64 * 1024
 
 # A node is "expensive" (worth a thread-pool hop) above this estimated flop count: about
 # 5 ms of BLAS work. A hop through the pool and back costs tens of microseconds, so smaller
@@ -477,7 +473,7 @@ class _Compiler:
         recv_frames = {recv_of[r.tensor if r.tensor is not None else r.control_op]:
                        (getattr(r, "frame", ROOT), getattr(r, "iterations", "all")) for r in recvs}
         cond_recvs = {recv_of[r.tensor]: r.cond_of for r in recvs if getattr(r, "cond_of", None)}
-        return FrameInfo(part, self.edges, loops, recv_frames, cond_recvs)
+        return FrameInfo(part, self.edges, loops, recv_frames, cond_recvs, _loop_compilation(self.session))
 
 
 class CompiledPartition:
@@ -853,6 +849,18 @@ class _DynamicState(StepState):
             if self.outstanding == 0:
                 self.done.set()
         return ready
+
+
+def _loop_compilation(session) -> bool:
+    """Whether loops on one device are compiled (runtime/loops.py); the environment variable
+    wins over the session's GraphOptions (workers, which have no session config, compile)."""
+    env = os.environ.get("TENSORWEAVE_LOOP_COMPILATION", "").strip().lower()
+    if env in ("0", "false", "off", "no"):
+        return False
+    if env in ("1", "true", "on", "yes"):
+        return True
+    opts = getattr(getattr(session, "_config", None), "graph_options", None)
+    return bool(getattr(opts, "enable_loop_compilation", True)) if opts is not None else True
 
 
 def _room_for_parallel_kernels(device) -> bool:

@@ -36,26 +36,34 @@ from collections import deque
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.runtime.loops import LOOP_OP_TYPE, collapse_loops
 from tensorweave.runtime.rendezvous import make_key
 from tensorweave.runtime.step import DEAD, StepState, enter_loop, in_loop, leave_loop, transfer_record
 
 ROOT = ""  # the root frame's name; its instance key is 0 so root transfers match executor.py's keys
 
 # Node roles, decided at plan time.
-R_OP, R_SWITCH, R_MERGE, R_ENTER, R_EXIT, R_NEXT, R_LOOPCOND, R_TRIGGER, R_SEND, R_RECV = range(10)
+R_OP, R_SWITCH, R_MERGE, R_ENTER, R_EXIT, R_NEXT, R_LOOPCOND, R_TRIGGER, R_SEND, R_RECV, R_LOOP = range(11)
 _ROLES = {"Switch": R_SWITCH, "Merge": R_MERGE, "Enter": R_ENTER, "Exit": R_EXIT, "NextIteration": R_NEXT,
-          "LoopCond": R_LOOPCOND, "ControlTrigger": R_TRIGGER, "_Send": R_SEND, "_Recv": R_RECV}
+          "LoopCond": R_LOOPCOND, "ControlTrigger": R_TRIGGER, "_Send": R_SEND, "_Recv": R_RECV,
+          LOOP_OP_TYPE: R_LOOP}
 
 
 class FrameInfo:
     """Plan-time control-flow facts of one compiled partition."""
 
-    def __init__(self, part, edges, loops, recv_frames, cond_recvs):
+    def __init__(self, part, edges, loops, recv_frames, cond_recvs, compile_loops=True):
         """``edges``: (producer node, output index or -1 for control, consumer node, input
         position or -1). ``loops``: frame name -> LoopSpec for frames this partition drives.
         ``recv_frames``: recv node -> (frame name, "all" | "first" | "later" iterations). ``cond_recvs``: recv node -> frame name of the
         loop predicate it carries."""
         nodes = part.nodes
+        # Loops that run whole on this partition become one node each (runtime/loops.py).
+        self.general_loops = {}  # frame -> why it keeps the general path
+        if compile_loops:
+            nodes, edges, self.general_loops = collapse_loops(
+                nodes, edges, recv_frames, set(loops), part.device, part._to_host)
+        self.nodes = nodes
         # Per-node facts live on the nodes (one attribute read per activation at run time):
         # role, f_out ((output index, ((consumer, input position), ...)), ...), f_ctrl (control
         # consumers), f_nin (edges a non-Merge waits for), f_merge ((data inputs expected, control
@@ -155,6 +163,12 @@ class FrameState(StepState):
         self.root = _Iter(self.root_frame, 0, vals)
         self.root_frame.iters[0] = self.root
         self.root_frame.active = 1
+        # After a failure the step ends as soon as nothing runs any more: executor loops
+        # running and asynchronous nodes (Recvs, async kernels) still waiting. Activations
+        # that never come (an iteration of a loop spanning tasks whose values were lost with
+        # the failure) are not waited for.
+        self._loops = 0
+        self._waiting = 0
 
     # --- bookkeeping (called with self.lock held) -------------------------------------------
     def _ready(self, n, it, dead, out):
@@ -393,6 +407,21 @@ class FrameState(StepState):
                 queue.append(item)
 
     def _run_loop(self, queue):
+        with self.lock:
+            self._loops += 1
+        try:
+            self._run_queue(queue)
+        finally:
+            with self.lock:
+                self._loops -= 1
+                self._end_if_failed()
+
+    def _end_if_failed(self):
+        """(lock held) A failed step is over once no loop runs and no async node waits."""
+        if self.error is not None and not self._loops and not self._waiting:
+            self.done.set()
+
+    def _run_queue(self, queue):
         outer = enter_loop(self, queue)
         errstate = np.errstate(all="ignore")  # once per loop, not per kernel (numpy's is costly)
         errstate.__enter__()
@@ -429,7 +458,7 @@ class FrameState(StepState):
                     self._finish(n, it, None, True, queue)
                     continue
                 if outputs is _ASYNC:
-                    continue
+                    continue  # counted in self._waiting until its continuation runs
                 self._finish(n, it, outputs, False, queue)
         finally:
             errstate.__exit__(None, None, None)
@@ -467,6 +496,8 @@ class FrameState(StepState):
             return vals[n.ins[k]], np.int32(k)
         if role in (R_ENTER, R_EXIT, R_NEXT, R_LOOPCOND):
             return (vals[n.ins[0]],)
+        if role == R_LOOP:
+            return n.loop.execute(self, vals, [vals[i] for i in n.ins])
         if role == R_TRIGGER:
             return ()
         if role == R_SEND:
@@ -517,6 +548,8 @@ class FrameState(StepState):
 
     def _make_done(self, n, it):
         called = threading.Lock()
+        with self.lock:
+            self._waiting += 1
         is_recv = n.role == R_RECV
         stats = self.stats
         if stats is not None:  # traced: when and by which thread the node was started
@@ -526,6 +559,8 @@ class FrameState(StepState):
         def done(outputs=None, error=None):
             if not called.acquire(blocking=False):
                 return  # a second call of the continuation is ignored
+            with self.lock:
+                self._waiting -= 1
             dead = False
             if error is not None:
                 self._fail(error, n)
@@ -550,6 +585,9 @@ class FrameState(StepState):
                     self.pool.submit(self._run_loop, queue)
                 else:
                     self._run_loop(queue)
+            else:
+                with self.lock:
+                    self._end_if_failed()
         return done
 
     def _finish(self, n, it, outputs, dead, queue):

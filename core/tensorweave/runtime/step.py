@@ -33,6 +33,16 @@ from tensorweave.runtime.config import (
 )
 from tensorweave.runtime.rendezvous import make_key
 
+# Step kinds of the flat schedule. NULLARY/UNARY/BINARY steps call their kernel directly with
+# 0, 1 or 2 input slots (their value is the number of inputs); GENERIC steps go through
+# _run_generic (async, context, several outputs, allocator tracking); FREE drops dead slots.
+K_NULLARY, K_UNARY, K_BINARY, K_GENERIC, K_FREE = 0, 1, 2, 3, 4
+
+# Outputs smaller than this are neither tracked by the allocator nor dropped early: the
+# CPU allocator's accounting (a weak reference per array, about 1 us) would cost more than
+# computing them. Decided at plan time from static shapes, else per output at run time.
+SMALL_BYTES = 64 * 1024
+
 
 class StepContext:
     """Per-run information handed to kernels that ask for it (``takes_context``/async)."""

@@ -1,0 +1,444 @@
+"""Compiled while loops: a loop whose whole frame runs on one partition becomes one node.
+
+``frames.py`` runs control flow as tagged-token dataflow: every activation of every node of
+every iteration is routed through frame and iteration bookkeeping under a lock. That is the
+general model (parallel iterations, dead tensors, loops across devices and tasks), and it
+costs tens of microseconds per iteration of even the smallest loop.
+
+Most loops need none of that generality at run time: the frame's nodes all sit on one
+device, the body has no conditional inside it, and nothing in it waits for another device.
+For such a frame the plan compiler (``collapse_loops``, called when a partition's control-flow
+facts are built) compiles the frame, once, into a flat per-iteration schedule — the loop
+predicate's nodes, a predicate test, the body's nodes, the NextIteration hand-over — and puts
+one ``_FastLoop`` node in the enclosing frame in its place: its inputs are the loop's Enter
+inputs, its outputs the Exit outputs. Running it is a tight loop over ``(kernel, input slots,
+output slot)`` tuples, the way flat plans run (executor.py).
+
+Semantics are TF's: nodes that do not depend on the body's Switch run in every iteration,
+the last one (predicate false) included; body nodes run only while the predicate holds;
+iterations run one after another, which ``parallel_iterations`` allows (it is an upper
+bound). Nested loops collapse inside out: an inner loop is one node of the outer loop's
+schedule. A loop whose frame has a cond inside it, a Send/Recv, an asynchronous kernel, or a
+shape the compiler does not recognise keeps the general path, unchanged. Traced steps record
+every node of every iteration, with its frame and iteration, as the general path does.
+A dead input (the loop sits in an untaken cond branch) makes the whole loop dead without
+running it, as in TF.
+"""
+
+from __future__ import annotations
+
+import heapq
+import time
+
+import numpy as np
+
+from tensorweave.framework import errors
+from tensorweave.runtime.step import K_BINARY, K_GENERIC, K_NULLARY, K_UNARY, SMALL_BYTES, wrap_kernel_error
+
+# Roles as frames.py names them, by op type (only what the compiler tells apart).
+_ENTER, _EXIT, _NEXT, _MERGE, _SWITCH, _LOOPCOND = ("Enter", "Exit", "NextIteration", "Merge", "Switch",
+                                                      "LoopCond")
+_UNSUPPORTED = {"ControlTrigger", "_Send", "_Recv"}
+LOOP_OP_TYPE = "_FastLoop"
+
+# Step kinds of a loop's schedule, beyond the executor's K_NULLARY/K_UNARY/K_BINARY/K_GENERIC.
+K_COPY, K_PRED, K_NEXT, K_LOOP = 10, 11, 12, 13
+
+# How often (in iterations) a running loop looks at the step's cancellation and deadline.
+_CHECK_EVERY = 64
+
+
+class _LoopOp:
+    """Stands in for an Operation: the collapsed loop's name (its frame) and type."""
+
+    __slots__ = ("name", "type", "_id", "inputs", "outputs", "frame")
+
+    def __init__(self, frame, id_):
+        self.name, self.type, self._id, self.frame = frame, LOOP_OP_TYPE, id_, frame
+        self.inputs, self.outputs = (), ()
+
+
+class LoopNode:
+    """The node a collapsed loop leaves in its enclosing frame (the attributes frames.py and
+    the executor read on a node; the control-flow ones are set by FrameInfo)."""
+
+    __slots__ = ("op", "fn", "kd", "ins", "outs", "kind", "pre", "consumers", "pending", "transfer",
+                 "expensive", "track", "unwrap", "frees", "role", "f_out", "f_ctrl", "f_nin", "f_merge", "loop")
+
+    def __init__(self, loop, ins, outs, pre, id_):
+        self.op = _LoopOp(loop.frame, id_)
+        self.loop = loop
+        self.ins, self.outs, self.pre = ins, outs, pre
+        self.fn = self.kd = None
+        self.kind = K_GENERIC
+        self.transfer = None
+        self.expensive = self.track = self.unwrap = False
+        self.frees = ()
+
+
+class CompiledLoop:
+    """One frame's per-iteration schedule. ``execute`` runs the whole loop in the value slots
+    of the iteration that runs it (the frame's own slots are its nodes' and no one else's)
+    and returns the Exit values, in the order of the LoopNode's outputs."""
+
+    def __init__(self, frame, enter_slots, steps, exit_srcs, slot_node, device, to_host):
+        self.frame = frame
+        self.enter_slots = enter_slots   # where each input (an Enter's value) goes
+        self.steps = steps               # one iteration: (fn, a, b, kind, out, x)
+        self.exit_srcs = exit_srcs       # slots holding the loop variables when it ends
+        self.slot_node = slot_node       # output slot -> node, to name the node that failed
+        self.own_slots = tuple({*enter_slots, *(s[4] for s in steps if s[4] >= 0),
+                                *(d for s in steps if s[3] == K_NEXT for d in s[5][1])})
+        self.device = device
+        self.truth = None if to_host is None else (lambda v: bool(np.asarray(to_host(v))))
+
+    def execute(self, state, lv, args):
+        for s, v in zip(self.enter_slots, args):
+            lv[s] = v
+        try:
+            if state.stats is not None:
+                self._iterate_traced(state, lv)
+            else:
+                self._iterate(state, lv)
+            return tuple(lv[s] for s in self.exit_srcs)
+        finally:
+            for s in self.own_slots:  # the last iteration's values are not kept for the step
+                lv[s] = None
+
+    def _iterate(self, state, lv):
+        steps, truth = self.steps, self.truth
+        i, out, x = 0, -1, None
+        try:
+            while True:
+                for fn, a, b, kind, out, x in steps:
+                    if kind == K_BINARY:
+                        lv[out] = fn(lv[a], lv[b])
+                    elif kind == K_UNARY:
+                        lv[out] = fn(lv[a])
+                    elif kind == K_COPY:
+                        lv[out] = lv[a]
+                    elif kind == K_NULLARY:
+                        lv[out] = fn()
+                    elif kind == K_PRED:
+                        if not (lv[a] if truth is None else truth(lv[a])):
+                            break
+                    elif kind == K_NEXT:
+                        srcs, dsts = x
+                        new = [lv[s] for s in srcs]
+                        for d, v in zip(dsts, new):
+                            lv[d] = v
+                    else:
+                        _run_node(state, x, kind, lv)
+                else:
+                    i += 1
+                    if not i % _CHECK_EVERY:
+                        self._check(state, i)
+                    continue
+                return
+        except (errors.CancelledError, errors.DeadlineExceededError):
+            raise
+        except Exception as e:  # noqa: BLE001 - named after the node that raised
+            raise self._error(e, out, x) from (None if isinstance(e, errors.OpError) else e)
+
+    def _iterate_traced(self, state, lv):
+        """``_iterate``, one step at a time, recording every node with its frame and iteration."""
+        stats, clock = state.stats, time.perf_counter_ns
+        tid, dev, alloc = stats.thread(), self.device.name, state.part.allocator
+        truth = self.truth
+        i = 0
+        while True:
+            for fn, a, b, kind, out, x in self.steps:
+                if kind == K_PRED:
+                    if not (lv[a] if truth is None else truth(lv[a])):
+                        return
+                    continue
+                if kind == K_NEXT:
+                    srcs, dsts = x
+                    new = [lv[s] for s in srcs]
+                    for d, v in zip(dsts, new):
+                        lv[d] = v
+                    continue
+                t0 = clock()
+                try:
+                    if kind == K_BINARY:
+                        lv[out] = fn(lv[a], lv[b])
+                    elif kind == K_UNARY:
+                        lv[out] = fn(lv[a])
+                    elif kind == K_COPY:
+                        lv[out] = lv[a]
+                    elif kind == K_NULLARY:
+                        lv[out] = fn()
+                    else:
+                        _run_node(state, x, kind, lv)
+                except (errors.CancelledError, errors.DeadlineExceededError):
+                    raise
+                except Exception as e:  # noqa: BLE001
+                    raise self._error(e, out, x) from (None if isinstance(e, errors.OpError) else e)
+                t1 = clock()
+                if x is not None and kind != K_LOOP:  # a node's own call, not a copy or a read
+                    stats.add(dev, x.op.name, x.op.type, t0, t0, t1, t1, tid, [lv[s] for s in x.outs], alloc,
+                              None, self.frame, i)
+            i += 1
+            if not i % _CHECK_EVERY:
+                self._check(state, i)
+
+    def _check(self, state, i):
+        if state.step.cancelled or state.error is not None:
+            raise errors.CancelledError(f"loop '{self.frame}' stopped at iteration {i}: the step was cancelled")
+        if state.deadline is not None and time.monotonic() > state.deadline:
+            raise errors.DeadlineExceededError(
+                f"step timed out after {state.timeout:.3f}s on {self.device.name} "
+                f"(in frame '{self.frame}', iteration {i})")
+
+    def _error(self, e, out, x):
+        node = x if x is not None and not isinstance(x, tuple) else self.slot_node.get(out)
+        return wrap_kernel_error(e, node.op if node is not None else None, self.device)
+
+
+def _run_node(state, n, kind, lv):
+    """A node that is not a direct kernel call: a generic kernel or a nested loop."""
+    args = [lv[i] for i in n.ins]
+    if kind == K_LOOP:
+        res = n.loop.execute(state, lv, args)
+    else:
+        res = n.fn(state.step, *args) if n.kd.takes_context else n.fn(*args)
+        if len(n.outs) == 1:
+            if n.unwrap and isinstance(res, tuple | list):
+                res = res[0]
+            res = (res,)
+        elif n.outs and (res is None or len(res) != len(n.outs)):
+            raise errors.InternalError(
+                f"kernel for {n.op.type} returned {0 if res is None else len(res)} outputs, expected {len(n.outs)}")
+        if n.track:
+            for v in res or ():
+                if getattr(v, "nbytes", 0) >= SMALL_BYTES:
+                    state.part.allocator.track(v)
+    for s, v in zip(n.outs, res or ()):
+        lv[s] = v
+
+
+# ----------------------------------------------------------------------------------------
+# Plan time
+# ----------------------------------------------------------------------------------------
+def collapse_loops(nodes, edges, recv_frames, keep_general, device, to_host):
+    """Replace each loop frame that qualifies (see the module docstring) by a LoopNode.
+
+    ``nodes``: the partition's nodes in a topological order (loop back edges left out);
+    ``edges``: (producer, output index or -1, consumer, input position or -1);
+    ``recv_frames``: Recv node -> (frame, iterations) for Recvs anchored in a frame;
+    ``keep_general``: frames that keep the general path (driven across devices).
+    Returns (nodes, edges, {frame: why it was not compiled}).
+    """
+    frame_of, parent = _frames(nodes, edges, recv_frames)
+    if frame_of is None:
+        return nodes, edges, {"*": "the partition's frame structure is ambiguous"}
+    depth: dict = {"": 0}
+
+    def depth_of(f):
+        if f not in depth:
+            depth[f] = 1 + depth_of(parent.get(f, ""))
+        return depth[f]
+    frames = sorted({f for f in frame_of.values() if f}, key=depth_of, reverse=True)
+    skipped: dict = {}
+    next_id = -(10**9)
+    for f in frames:  # innermost first: a compiled inner loop is one node of the outer one
+        if f in keep_general:
+            skipped[f] = "it spans devices"
+            continue
+        if any(parent.get(c) == f for c in skipped):
+            skipped[f] = "a loop inside it keeps the general path"
+            continue
+        members = [n for n in nodes if frame_of[n] == f]
+        result = _compile_frame(f, members, set(members), edges, device, to_host)
+        if isinstance(result, str):
+            skipped[f] = result
+            continue
+        loop, enters, exits, pre = result
+        node = LoopNode(loop, [e.ins[0] for e in enters], [x.outs[0] for x in exits], pre, next_id)
+        next_id += 1
+        in_f = set(members)
+        enter_pos = {e: k for k, e in enumerate(enters)}
+        exit_pos = {x: k for k, x in enumerate(exits)}
+        new_edges = []
+        for p, k, c, pos in edges:
+            if p in in_f and c in in_f:
+                continue  # inside the loop: its schedule now
+            if c in in_f:  # into an Enter (_compile_frame checked)
+                new_edges.append((p, k, node, enter_pos[c] if k >= 0 else -1))
+            elif p in in_f:  # out of an Exit
+                new_edges.append((node, exit_pos[p] if k >= 0 else -1, c, pos))
+            else:
+                new_edges.append((p, k, c, pos))
+        edges = new_edges
+        frame_of[node] = parent.get(f, "")
+        nodes = _toposort([m for m in nodes if m not in in_f] + [node], edges)
+    return nodes, edges, skipped
+
+
+def _toposort(nodes, edges):
+    """``nodes`` in a topological order of ``edges`` (loop back edges left out), ties in the
+    given order."""
+    index = {n: i for i, n in enumerate(nodes)}
+    succ: dict = {n: [] for n in nodes}
+    npred = dict.fromkeys(nodes, 0)
+    for p, _k, c, _pos in edges:
+        if c.op.type == _MERGE and p.op.type == _NEXT:
+            continue
+        succ[p].append(c)
+        npred[c] += 1
+    ready = [index[n] for n in nodes if npred[n] == 0]
+    heapq.heapify(ready)
+    order = []
+    while ready:
+        n = nodes[heapq.heappop(ready)]
+        order.append(n)
+        for c in succ[n]:
+            npred[c] -= 1
+            if npred[c] == 0:
+                heapq.heappush(ready, index[c])
+    return order
+
+
+def _frames(nodes, edges, recv_frames):
+    """Each node's frame ("" for the root) and each frame's parent, from the Enter/Exit
+    structure; (None, None) when it is ambiguous (then nothing is compiled)."""
+    ins: dict = {n: [] for n in nodes}
+    for p, _k, c, _pos in edges:
+        if not (c.op.type == _MERGE and p.op.type == _NEXT):  # the back edge: its producer comes later
+            ins[c].append(p)
+    frame_of: dict = {}
+    parent: dict = {}
+    for n in nodes:
+        if n in recv_frames:
+            frame_of[n] = recv_frames[n][0]
+            continue
+        srcs = set()
+        for p in ins[n]:
+            f = frame_of.get(p)
+            if f is None:
+                return None, None
+            srcs.add(parent.get(f, "") if p.op.type == _EXIT else f)
+        if len(srcs) > 1:
+            return None, None
+        here = srcs.pop() if srcs else ""
+        if n.op.type == _ENTER:
+            f = n.op.get_attr("frame_name")
+            if ins[n] and parent.setdefault(f, here) != here:
+                return None, None
+            frame_of[n] = f
+        else:
+            frame_of[n] = here
+    # A frame none of whose Enters has a producer node (all read feeds, constants or
+    # variables) is entered from the root: frames.py starts such Enters in the root iteration.
+    return frame_of, parent
+
+
+def _compile_frame(f, members, in_f, edges, device, to_host):
+    """The schedule of frame ``f``; a string saying why not when it does not qualify."""
+    by_type: dict = {}
+    for n in members:
+        t = n.op.type
+        if t in _UNSUPPORTED:
+            return f"it has a {t} node"
+        if t != LOOP_OP_TYPE and n.kd is not None and n.kd.is_async:
+            return f"{n.op.name} has an asynchronous kernel"
+        by_type.setdefault(t, []).append(n)
+    conds = by_type.get(_LOOPCOND, [])
+    if len(conds) != 1:
+        return "it does not have exactly one LoopCond"
+    cond = conds[0]
+    data_in: dict = {n: [] for n in members}
+    ctrl_in: dict = {n: [] for n in members}
+    data_out: dict = {n: [] for n in members}
+    for p, k, c, pos in edges:
+        if c in in_f:
+            (data_in if k >= 0 else ctrl_in)[c].append((p, k, pos))
+            if p not in in_f and c.op.type != _ENTER:
+                return f"{c.op.name} has an input from outside the loop that is not an Enter"
+        if p in in_f:
+            if c not in in_f and p.op.type != _EXIT:
+                return f"{p.op.name} has a consumer outside the loop"
+            if k >= 0:
+                data_out[p].append((c, k, pos))
+    enters = by_type.get(_ENTER, [])
+    if any(len(e.ins) != 1 or len(e.outs) != 1 for e in enters):
+        return "an Enter is not a plain one"
+    # Loop merges: Merge(Enter, NextIteration); a cond's Merge does not qualify.
+    merge_enter, merge_next = {}, {}
+    copies = set()  # one-input Merges (the gradient loop's sync points): with no dead values, a copy
+    for m in by_type.get(_MERGE, []):
+        if len(m.ins) == 1 and len(data_in[m]) <= 1 and not any(k == 1 for _c, k, _p in data_out[m]):
+            copies.add(m)
+            continue
+        srcs = {p.op.type: p for p, _k, _pos in data_in[m]}
+        if len(data_in[m]) != 2 or set(srcs) != {_ENTER, _NEXT} or ctrl_in[m]:
+            return f"{m.op.name} is the Merge of a conditional inside the loop"
+        if srcs[_ENTER].op.get_attr("is_constant"):
+            return f"{m.op.name} merges a loop invariant"
+        if len(m.outs) > 1 and any(k == 1 for _c, k, _p in data_out[m]):
+            return f"{m.op.name}'s value_index is used"
+        merge_enter[m], merge_next[m] = srcs[_ENTER], srcs[_NEXT]
+    merges = list(merge_enter)
+    for e in enters:
+        if not e.op.get_attr("is_constant") and (
+                [m for m in merges if merge_enter[m] is e] == [] or
+                any(c not in merge_enter for c, _k, _p in data_out[e])):
+            return f"{e.op.name} (a loop variable) feeds something other than its Merge"
+    switches = by_type.get(_SWITCH, [])
+    for s in switches:
+        if len(s.ins) != 2 or s.ins[1] != cond.outs[0] or not any(
+                p in merge_enter and k == 0 and pos == 0 for p, k, pos in data_in[s]):
+            return f"{s.op.name} is the Switch of a conditional inside the loop"
+        if any(c.op.type != _EXIT for c, k, _p in data_out[s] if k == 0):
+            return f"{s.op.name}'s false output goes somewhere other than an Exit"
+    for n in by_type.get(_NEXT, []):
+        if any(merge_next.get(c) is not n for c, _k, _p in data_out[n]):
+            return f"{n.op.name} feeds something other than its Merge"
+    exits = by_type.get(_EXIT, [])
+    for x in exits:
+        if len(data_in[x]) != 1 or data_in[x][0][0] not in switches or data_in[x][0][1] != 0:
+            return f"{x.op.name} does not leave the loop from its Switch"
+    # The body is what depends on a Switch within the iteration; the rest (the predicate's
+    # nodes, loop invariants' uses) runs in every iteration, the last one included, as in TF.
+    structural = {_ENTER, _MERGE, _SWITCH, _NEXT, _EXIT, _LOOPCOND}
+    body: set = set()
+    for n in members:  # in topological order
+        if (n.op.type not in structural or n in copies) and any(
+                p in body or p.op.type == _SWITCH for p, _k, _pos in data_in[n] + ctrl_in[n]):
+            body.add(n)
+    steps: list = []
+    slot_node: dict = {}
+    for n in members:
+        if (n.op.type not in structural or n in copies) and n not in body:
+            _encode(n, steps, slot_node, n in copies)
+    steps.append((None, cond.ins[0], 0, K_PRED, -1, None))
+    for s in switches:
+        steps.append((None, s.ins[0], 0, K_COPY, s.outs[1], None))
+    for n in members:
+        if n in body:
+            _encode(n, steps, slot_node, n in copies)
+    steps.append((None, 0, 0, K_NEXT, -1, (tuple(merge_next[m].ins[0] for m in merges),
+                                           tuple(m.outs[0] for m in merges))))
+    # Iteration 0 reads a loop variable's Enter value through its Merge: the value goes
+    # straight to the Merge's output slot; an invariant to its Enter's own slot.
+    enter_slots = [e.outs[0] if e.op.get_attr("is_constant")
+                   else next(m for m in merges if merge_enter[m] is e).outs[0] for e in enters]
+    exit_srcs = [data_in[x][0][0].ins[0] for x in exits]
+    pre = [step for e in enters for step in e.pre]
+    loop = CompiledLoop(f, enter_slots, steps, exit_srcs, slot_node, device, to_host)
+    return loop, enters, exits, pre
+
+
+def _encode(n, steps, slot_node, copy=False):
+    for fn, src, slot in n.pre:
+        steps.append((fn, src, 0, K_NULLARY if src < 0 else K_UNARY, slot, None))
+        slot_node[slot] = n
+    if copy:
+        steps.append((None, n.ins[0], 0, K_COPY, n.outs[0], None))
+    elif n.op.type == LOOP_OP_TYPE:
+        steps.append((None, 0, 0, K_LOOP, -1, n))
+    elif n.kind in (K_NULLARY, K_UNARY, K_BINARY):
+        steps.append((n.fn, n.ins[0] if n.ins else 0, n.ins[1] if len(n.ins) > 1 else 0, n.kind, n.outs[0], n))
+        slot_node[n.outs[0]] = n
+    else:
+        steps.append((n.fn, 0, 0, K_GENERIC, -1, n))

@@ -1,0 +1,194 @@
+"""Compiled while loops (runtime/loops.py): a loop whose frame runs on one device becomes one
+node with a flat per-iteration schedule. Each test compares it with the general tagged-token
+path (frames.py), which GraphOptions(enable_loop_compilation=False) selects."""
+
+import threading
+import time
+
+import numpy as np
+import pytest
+
+import tensorweave as tw
+from tensorweave import errors
+from tensorweave.runtime.loops import K_NEXT, K_PRED, LOOP_OP_TYPE
+
+GENERAL = tw.ConfigProto(graph_options=tw.GraphOptions(enable_loop_compilation=False))
+
+
+def _loop_facts(sess):
+    """(compiled loop nodes, {frame: why it kept the general path}) over the session's plans."""
+    compiled, general = [], {}
+    for plan in sess._plans.values():
+        for part in plan.partitions or [plan.partition]:
+            info = part.frame_info
+            if info is None:
+                continue
+            compiled += [n for n in info.nodes if n.op.type == LOOP_OP_TYPE]
+            general.update(info.general_loops)
+    return compiled, general
+
+
+def _simple():
+    x = tw.placeholder(tw.float32, [None], name="x")
+    _, y = tw.while_loop(lambda i, v: i < 50, lambda i, v: (i + 1, v * 1.01 + 0.5), [tw.constant(0), x])
+    return x, [y, tw.gradients(tw.reduce_sum(y * y), x)[0]]
+
+
+def _nested():
+    x = tw.placeholder(tw.float32, [None], name="x")
+
+    def outer(i, v):
+        _, w = tw.while_loop(lambda j, w: j < i, lambda j, w: (j + 1, tw.sin(w) + w), [0, v])
+        return i + 1, w
+    _, y = tw.while_loop(lambda i, v: i < 4, outer, [0, x])
+    return x, [y, tw.gradients(tw.reduce_sum(y), x)[0]]
+
+
+def _tensor_array():
+    x = tw.placeholder(tw.float32, [None], name="x")
+    ta = tw.TensorArray(tw.float32, size=6)
+
+    def body(i, v, ta):
+        v = tw.tanh(v * 1.5 + tw.cast(i, tw.float32))
+        return i + 1, v, ta.write(i, v)
+    _, _, ta = tw.while_loop(lambda i, v, ta: i < 6, body, [0, x, ta])
+    out = ta.stack()
+    return x, [out, tw.gradients(tw.reduce_sum(out), x)[0]]
+
+
+def _dynamic_rnn():
+    x = tw.placeholder(tw.float32, [None, 7, 3], name="x")
+    cell = tw.nn.rnn_cell.BasicLSTMCell(5)
+    out, state = tw.nn.dynamic_rnn(cell, x, dtype=tw.float32, sequence_length=tw.constant([7, 4]))
+    loss = tw.reduce_sum(out) + tw.reduce_sum(state.h)
+    return x, [out, state.c, *tw.gradients(loss, [x, *tw.trainable_variables()])]
+
+
+def _cond_inside():
+    x = tw.placeholder(tw.float32, [None], name="x")
+    _, y = tw.while_loop(lambda i, v: i < 9, lambda i, v: (
+        i + 1, tw.cond(tw.equal(i % 2, 0), lambda: v * 2.0, lambda: v - 1.0)), [0, x])
+    return x, [y, tw.gradients(tw.reduce_sum(y), x)[0]]
+
+
+GRAPHS = {"simple": (_simple, (2,)), "nested": (_nested, (3,)), "tensor_array": (_tensor_array, (4,)),
+          "dynamic_rnn": (_dynamic_rnn, (2, 7, 3)), "cond_inside": (_cond_inside, (3,))}
+
+
+@pytest.mark.parametrize("name", list(GRAPHS))
+def test_compiled_loop_gives_the_general_path_values_bit_for_bit(name):
+    build, shape = GRAPHS[name]
+    x0 = np.random.default_rng(0).uniform(-1, 1, shape).astype(np.float32)
+    results = []
+    for config in (None, GENERAL):
+        g = tw.Graph()
+        with g.as_default():
+            tw.set_random_seed(1)
+            x, fetches = build()
+            init = tw.global_variables_initializer()
+        with tw.Session(graph=g, config=config) as sess:
+            sess.run(init)
+            results.append(sess.run(fetches, {x: x0}))
+            compiled, general = _loop_facts(sess)
+            if config is None and name == "cond_inside":
+                # A cond inside the body needs dead tensors: the loop keeps the general path,
+                # saying why; the gradient loop has the same cond and stays general too.
+                assert compiled == [] and general, general
+                assert any("conditional inside the loop" in why for why in general.values()), general
+            elif config is None:
+                assert compiled and general == {}, general
+            else:
+                assert compiled == [] and general == {}
+    for a, b in zip(*results):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_the_per_iteration_schedule_is_the_body_and_nothing_else():
+    """The 1000-iteration benchmark loop: each iteration is its predicate, one test, the body's
+    kernels and the hand-over to the next iteration: no Merge/Switch/Enter/Exit routing."""
+    g = tw.Graph()
+    with g.as_default():
+        x = tw.placeholder(tw.float32, [4])
+        _, y = tw.while_loop(lambda i, v: i < 1000, lambda i, v: (i + 1, v * 1.0001 + 0.5), [tw.constant(0), x])
+    with tw.Session(graph=g) as sess:
+        out = sess.run(y, {x: np.ones(4, np.float32)})
+        (node,), _ = _loop_facts(sess)
+    ref = np.ones(4, np.float32)
+    for _ in range(1000):
+        ref = ref * np.float32(1.0001) + np.float32(0.5)
+    np.testing.assert_allclose(out, ref, rtol=1e-5)
+    kinds = [s[3] for s in node.loop.steps]
+    assert kinds.count(K_PRED) == 1 and kinds[-1] == K_NEXT
+    types = [s[5].op.type for s in node.loop.steps if s[5] is not None and not isinstance(s[5], tuple)]
+    assert not {"Merge", "Switch", "Enter", "Exit", "NextIteration", "LoopCond"} & set(types), types
+    assert len(node.loop.steps) <= 14, types
+
+
+def test_a_traced_step_records_every_iteration_of_a_compiled_loop():
+    g = tw.Graph()
+    with g.as_default():
+        x = tw.placeholder(tw.float32, [2])
+        _, y = tw.while_loop(lambda i, v: i < 7, lambda i, v: (i + 1, tw.sin(v)), [0, x], name="w")
+    with tw.Session(graph=g) as sess:
+        md = tw.RunMetadata()
+        sess.run(y, {x: np.ones(2, np.float32)}, options=tw.RunOptions(trace_level=tw.RunOptions.FULL_TRACE),
+                 run_metadata=md)
+        assert _loop_facts(sess)[0]
+    sins = [ns for d in md.step_stats.dev_stats for ns in d.node_stats if ns.node_name == "w/Sin"]
+    assert len(sins) == 7
+    less = [ns for d in md.step_stats.dev_stats for ns in d.node_stats if ns.node_name == "w/Less"]
+    assert len(less) == 8  # the predicate also runs in the last iteration, as in TF
+
+
+def test_a_kernel_failing_inside_a_compiled_loop_names_its_node_and_the_session_goes_on():
+    g = tw.Graph()
+    with g.as_default():
+        n = tw.placeholder(tw.int32, [])
+        x = tw.placeholder(tw.float32, [None])
+        # iteration i reshapes 6 elements to [2 * max(i - 2, 1), -1]: fails at i = 4 ([4, -1])
+        _, y = tw.while_loop(lambda i, v: i < n, lambda i, v: (i + 1, tw.reshape(
+            tw.reshape(v, tw.stack([tw.maximum(i - 2, 1) * 2, -1])), [-1]) * 1.0), [0, x], name="loop")
+    with tw.Session(graph=g) as sess:
+        ones = np.ones(6, np.float32)
+        np.testing.assert_array_equal(sess.run(y, {x: ones, n: 3}), ones)
+        assert _loop_facts(sess)[0]
+        with pytest.raises(errors.InvalidArgumentError, match=r"loop/Reshape"):
+            sess.run(y, {x: ones, n: 10})
+        np.testing.assert_array_equal(sess.run(y, {x: ones, n: 2}), ones)
+
+
+def test_closing_the_session_stops_an_endless_compiled_loop():
+    g = tw.Graph()
+    with g.as_default():
+        _, y = tw.while_loop(lambda i, v: i >= 0, lambda i, v: (i * 0 + 1, v + 1.0), [0, 0.0])
+    sess = tw.Session(graph=g)
+    caught = []
+
+    def run():
+        try:
+            sess.run(y)
+        except errors.OpError as e:
+            caught.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    deadline = time.monotonic() + 30
+    while not sess._active_steps and t.is_alive() and time.monotonic() < deadline:
+        time.sleep(0.001)  # polls for the step to be running, with a deadline
+    sess.close()
+    t.join(timeout=30)
+    assert not t.is_alive(), "the loop kept running after Session.close()"
+    assert caught and isinstance(caught[0], errors.CancelledError | errors.FailedPreconditionError), caught
+
+
+def test_a_dead_loop_in_an_untaken_branch_does_not_run():
+    g = tw.Graph()
+    with g.as_default():
+        p = tw.placeholder(tw.bool, [])
+        x = tw.placeholder(tw.float32, [2])
+        z = tw.cond(p, lambda: tw.while_loop(lambda i, v: i < 3, lambda i, v: (i + 1, v + 1.0), [0, x])[1],
+                    lambda: x * 2.0)
+    with tw.Session(graph=g) as sess:
+        ones = np.ones(2, np.float32)
+        np.testing.assert_array_equal(sess.run(z, {x: ones, p: False}), [2.0, 2.0])
+        np.testing.assert_array_equal(sess.run(z, {x: ones, p: True}), [4.0, 4.0])
+        assert _loop_facts(sess)[0]
