@@ -542,18 +542,41 @@ class Worker:
         stats = StepStatsCollector() if received is not None else None
         step = StepContext(step_id, rv, None, None, stats)
         states, results, err = [], [None] * len(g.partitions), None
-        for i, cp in enumerate(g.partitions):
-            try:
-                states.append((i, cp, cp.start([tensors[k] for k in g.feed_index[i]], step, self._pool, timeout)))
-            except Exception as e:  # noqa: BLE001
-                rv.abort(e)
-                err = err or e
-        for i, cp, st in states:
-            try:
-                results[i] = cp.finish(st, timeout)
-            except Exception as e:  # noqa: BLE001
-                rv.abort(e)
-                err = err or e
+        deadline = None if timeout is None else time.monotonic() + timeout
+        ended = threading.Event()  # the step was aborted (here, or by the master)
+
+        def on_abort(_value, _error):
+            ended.set()
+        if not rv.watch(on_abort):
+            ended.set()
+        try:
+            for i, cp in enumerate(g.partitions):
+                try:
+                    states.append((i, cp, cp.start([tensors[k] for k in g.feed_index[i]], step, self._pool,
+                                                   timeout)))
+                except Exception as e:  # noqa: BLE001
+                    rv.abort(e)
+                    err = err or e
+            for i, cp, st in states:
+                try:
+                    if _wait_partition(st, ended, deadline):
+                        results[i] = cp.finish(st, None)
+                    elif ended.is_set():
+                        # Failed elsewhere, and this partition did not wind down within the grace
+                        # period (a loop waiting for values that will not come): answer now.
+                        err = err or rv.error
+                    else:
+                        e = errors.DeadlineExceededError(
+                            f"step timed out after {timeout:.3f}s on {cp.device.name}; still pending: "
+                            f"{st.pending_names()}")
+                        step.cancel()
+                        rv.abort(e)
+                        err = err or e
+                except Exception as e:  # noqa: BLE001
+                    rv.abort(e)
+                    err = err or e
+        finally:
+            rv.unwatch(on_abort)
         if err is not None:
             root = rv.error if rv.error is not None else err
             raise root if isinstance(root, errors.OpError) else errors.InternalError(str(root))
@@ -626,6 +649,30 @@ class Worker:
             rv.abort(errors.CancelledError(f"worker {self.prefix} is shutting down"))
         self._pool.shutdown(wait=False)
         self._pull_pool.shutdown(wait=False)
+
+
+# How long a partition may still take to wind down once its step was aborted (its running
+# kernels finish; nothing new starts) before the RunGraph answers with the step's error.
+ABORT_GRACE = 1.0
+
+
+def _wait_partition(state, ended: threading.Event, deadline) -> bool:
+    """Wait until a started partition ``state`` is done (True), the step's ``deadline`` has
+    passed (False), or the step was aborted (``ended``) and the partition has not finished
+    within ``ABORT_GRACE`` more seconds (False). A failed step ends at once on every task:
+    its RunGraph does not wait for the deadline when some part of the step cannot wind down
+    (e.g. an iteration of a loop that spans tasks waiting for a value that will never come)."""
+    grace_end = None
+    while True:
+        now = time.monotonic()
+        if ended.is_set() and grace_end is None:
+            grace_end = now + ABORT_GRACE
+        limit = min(x for x in (deadline, grace_end, now + 0.05) if x is not None)
+        if state.done.wait(max(0.0, limit - now)):
+            return True
+        now = time.monotonic()
+        if (deadline is not None and now >= deadline) or (grace_end is not None and now >= grace_end):
+            return state.done.is_set()
 
 
 def _abort_all(pairs) -> None:

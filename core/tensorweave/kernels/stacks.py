@@ -36,8 +36,12 @@ def _lookup(ctx, step, handle):
     key = _key(handle)
     stack = _resources(ctx, step).get(key)
     if stack is None:
-        raise ctx.error(errors.NotFoundError, f"stack {key!r} does not exist in this step (closed, or "
-                                              "created by another step)")
+        made_by = key[len("stack:"):].rpartition(":")[0] if key.startswith("stack:") else None
+        where = f"its StackV2 '{made_by}'" if made_by else "its StackV2"
+        raise ctx.error(errors.NotFoundError, f"stack {key!r} does not exist in this step in this task: it was "
+                                              f"closed, made by another step, or made by {where} in another task "
+                                              "(a stack lives in the process of its StackV2; its pushes and pops "
+                                              "must run there)")
     return key, stack
 
 

@@ -26,6 +26,7 @@ from __future__ import annotations
 import contextlib
 
 from tensorweave.framework import errors
+from tensorweave.framework.device_spec import DeviceSpec
 from tensorweave.framework.graph import apply_op, constant_value
 from tensorweave.framework.op_def import NO_GRADIENT
 from tensorweave.ops import array_ops, math_ops
@@ -71,6 +72,21 @@ def _is_loop_exit(op) -> bool:
 def _plain(graph):
     """No control dependencies from the caller's scopes on plumbing ops."""
     return graph.control_dependencies(None)
+
+
+@contextlib.contextmanager
+def _on_task_of(graph, value):
+    """Build a stack op for the history of forward tensor ``value`` in the task (process)
+    that computes ``value``: a stack lives in the process of its StackV2 and its pushes and
+    pops (colocated with it by the placer, through the Enter/Switch that carry its handle
+    into the loops) must run there. TF colocates StackV2 with the value; our stack kernels
+    are host kernels, so the job/replica/task of the value's device is kept and the device
+    type left to the placer (the value may live on an accelerator). No device scope or
+    colocation of the caller applies (the gradient may be built under either)."""
+    spec = DeviceSpec.from_string(value.op.device)
+    task = DeviceSpec(spec.job, spec.replica, spec.task).to_string()
+    with graph.colocate_with(None, ignore_existing=True), graph.device(None), graph.device(task or None):
+        yield
 
 
 # ----------------------------------------------------------------------------------------
@@ -268,13 +284,13 @@ class GradLoopState:
         """Push ``value`` (a forward tensor of this loop) on a new stack in every forward
         iteration; returns the stack handle."""
         graph, fwd = self.graph, self.forward_context
-        with _in_context(graph, self.root_ctxt), _plain(graph):
+        with _in_context(graph, self.root_ctxt), _plain(graph), _on_task_of(graph, value):
             acc = _stack(value.dtype, name="f_acc")
-        with _in_context(graph, fwd):
+        with _in_context(graph, fwd), _on_task_of(graph, value):
             enter_acc = fwd.add_value(acc)
         value_ctxt = _output_context(value.op)
         if value_ctxt is fwd:
-            with _in_context(graph, fwd), _plain(graph):
+            with _in_context(graph, fwd), _plain(graph), _on_task_of(graph, value):
                 push = _stack_push(enter_acc, value, fwd.swap_memory)
             # The counter advances to the next iteration only after this push.
             self.forward_index.op._add_control_input(push.op)
@@ -285,11 +301,11 @@ class GradLoopState:
                     f"'{fwd.name}': it is in {value_ctxt.describe() if value_ctxt else 'no loop'}")
             if dead_branch:
                 # The value lives where the branch is *not* taken (a zeros shape for it).
-                with _in_context(graph, value_ctxt.outer_context), _plain(graph):
+                with _in_context(graph, value_ctxt.outer_context), _plain(graph), _on_task_of(graph, value):
                     push = _stack_push(enter_acc, value, fwd.swap_memory)
                 push.op._control_flow_context = value_ctxt
             else:
-                with _in_context(graph, value_ctxt), _plain(graph):
+                with _in_context(graph, value_ctxt), _plain(graph), _on_task_of(graph, value):
                     push = _stack_push(enter_acc, value, fwd.swap_memory)
             self.forward_sync._add_control_input(push.op)
         # ... and after this iteration's counter increment (pushes in iteration order).
@@ -307,7 +323,7 @@ class GradLoopState:
                 cond_ctxt = value_ctxt
                 break
             value_ctxt = value_ctxt.outer_context
-        with _in_context(graph, self.grad_context), _plain(graph):
+        with _in_context(graph, self.grad_context), _plain(graph), _on_task_of(graph, history_value):
             if cond_ctxt is not None:
                 # Pushed only in iterations that took the branch: pop only in those too.
                 grad_state, pred = self, None

@@ -39,7 +39,7 @@ from tensorweave.framework.graph import Operation, Tensor, apply_op, convert_to_
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
 from tensorweave.ops import array_ops, math_ops
 
-__all__ = ["cond", "while_loop", "case", "group", "tuple_", "no_op"]
+__all__ = ["cond", "while_loop", "case", "group", "tuple_", "no_op", "init_scope"]
 
 
 # ----------------------------------------------------------------------------------------
@@ -177,6 +177,40 @@ def _in_context(graph, ctx, raw=False):
         if raw and ctx is not None:
             ctx._raw -= 1
         graph._set_control_flow_context(old)
+
+
+def _outside_control_flow(ctx):
+    """The innermost context around ``ctx`` that is not a cond branch or loop body (None at
+    the top level; a function being traced stays)."""
+    while isinstance(ctx, ControlFlowContext):
+        ctx = ctx.outer_context
+    return ctx
+
+
+@contextlib.contextmanager
+def init_scope(graph=None):
+    """Build ops outside any ``tw.cond``/``tw.while_loop`` and free of the caller's control
+    dependencies (TF's ``init_scope``, for graphs): variables, their initializers and other
+    state that must exist once per graph, not once per branch or iteration. The name scope
+    and device scope stay those of the caller."""
+    graph = graph if graph is not None else get_default_graph()
+    old = graph._get_control_flow_context()
+    graph._set_control_flow_context(_outside_control_flow(old))
+    try:
+        with graph.control_dependencies(None):
+            yield
+    finally:
+        graph._set_control_flow_context(old)
+
+
+def _in_control_flow(t: Tensor) -> bool:
+    """``t`` lives inside a cond branch or loop body."""
+    return _in_control_flow_op(t.op)
+
+
+def _in_control_flow_op(op: Operation) -> bool:
+    """``op``'s outputs live inside a cond branch or loop body."""
+    return isinstance(_output_context(op), ControlFlowContext)
 
 
 class ControlFlowContext:

@@ -20,7 +20,7 @@ import numbers
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import Tensor, convert_to_tensor, get_default_graph
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
-from tensorweave.ops import array_ops, clip_ops, init_ops, math_ops, nn_ops
+from tensorweave.ops import array_ops, clip_ops, control_flow_ops, init_ops, math_ops, nn_ops
 from tensorweave.ops import variable_scope as vs
 
 __all__ = ["RNNCell", "BasicRNNCell", "BasicLSTMCell", "LSTMCell", "GRUCell", "MultiRNNCell", "DropoutWrapper",
@@ -154,14 +154,8 @@ class RNNCell:
     def add_variable(self, name, shape, dtype=None, initializer=None):
         """``tw.get_variable`` in this cell's scope, built outside any loop or cond."""
         dtype = dtype or self._dtype or getattr(self, "_input_dtype", None) or dtypes.float32
-        graph = get_default_graph()
-        ctx = graph._get_control_flow_context()
-        graph._set_control_flow_context(None)
-        try:
-            with graph.control_dependencies(None):
-                return vs.get_variable(name, shape, dtype=dtype, initializer=initializer)
-        finally:
-            graph._set_control_flow_context(ctx)
+        with control_flow_ops.init_scope(get_default_graph()):
+            return vs.get_variable(name, shape, dtype=dtype, initializer=initializer)
 
     add_weight = add_variable
 

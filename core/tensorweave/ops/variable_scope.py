@@ -28,7 +28,7 @@ import numpy as np
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.graph import GraphKeys, Tensor, convert_to_tensor, get_default_graph
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
-from tensorweave.ops import array_ops, init_ops
+from tensorweave.ops import array_ops, control_flow_ops, init_ops
 from tensorweave.ops.partitioned_variables import (
     PartitionedVariable,
     _PartitionInfo,
@@ -36,7 +36,7 @@ from tensorweave.ops.partitioned_variables import (
     iter_slices,
     slice_dim_and_count,
 )
-from tensorweave.ops.variables import Variable
+from tensorweave.ops.variables import Variable, _check_built_outside_control_flow
 
 __all__ = ["get_variable", "variable_scope", "get_variable_scope", "VariableScope", "AUTO_REUSE",
            "create_partitioned_variables"]
@@ -116,7 +116,7 @@ class _VariableStore:
                         f"Shape of a new variable ({name}) must be fully defined, but instead was "
                         f"{shape if shape is not None else TensorShape(None)}")
             g = get_default_graph()
-            with g.name_scope(None), g.control_dependencies(None):
+            with g.name_scope(None), control_flow_ops.init_scope(g):
                 v = Variable(initial_value=init_val, name=name, trainable=trainable, collections=collections,
                              dtype=var_dtype, validate_shape=validate_shape)
             self.vars[name] = v
@@ -135,10 +135,13 @@ class _VariableStore:
                 raise errors.InvalidArgumentError(
                     f"A partitioner was provided, but an unpartitioned version of the variable was found: {name}. "
                     "Perhaps a variable of the same name was already created without partitioning?")
+            g = get_default_graph()
+            start = len(g._nodes)  # what a callable initializer builds is checked below
             from_value = initializer is not None and not callable(initializer)
             if initializer is not None and callable(initializer) and not inspect.isclass(initializer) \
                     and _takes_no_arguments(initializer):
-                initializer, from_value = initializer(), True  # the whole value, sliced per shard below
+                with control_flow_ops.init_scope(g):  # the whole value, sliced per shard below
+                    initializer, from_value = initializer(), True
             found = self.partitioned.get(name)
             if found is not None:
                 if reuse is None or reuse is False:
@@ -159,12 +162,12 @@ class _VariableStore:
                     f"PartitionedVariable {name} does not exist, or was not created with tw.get_variable(). Did you "
                     "mean to set reuse=None or reuse=tw.AUTO_REUSE in the variable scope?")
 
-            g = get_default_graph()
             value = None
             if from_value:
-                with g.name_scope(None), g.control_dependencies(None), g.name_scope(f"{name}/Initializer/"):
+                with g.name_scope(None), control_flow_ops.init_scope(g), g.name_scope(f"{name}/Initializer/"):
                     value = convert_to_tensor(initializer, dtype=None if dtype is None else dtypes.as_dtype(dtype),
                                               name="initial_value")
+                    _check_built_outside_control_flow(g, start, value, f"partitioned variable '{name}'")
                 shape, dtype = value.shape, value.dtype
             else:
                 dtype = dtypes.as_dtype(dtype if dtype is not None else dtypes.float32)
@@ -194,7 +197,7 @@ class _VariableStore:
                 part = f"{name}/part_{i}"
                 info = _PartitionInfo(full_shape=full_shape, var_offset=offset) if all(full_shape) else None
                 if value is not None:
-                    with g.name_scope(None), g.control_dependencies(None), \
+                    with g.name_scope(None), control_flow_ops.init_scope(g), \
                             g.name_scope(f"{part}/PartitionedInitializer/"):
                         init, init_shape = array_ops.slice(value, offset, var_shape), None
                 else:
@@ -232,7 +235,8 @@ def _add_regularization_loss(name, var, regularizer):
         raise errors.InvalidArgumentError(
             f"get_variable {name!r}: regularizer must be a callable taking the variable, got {regularizer!r}")
     g = get_default_graph()
-    with g.name_scope(None), g.control_dependencies(None), g.name_scope(f"{name}/Regularizer/"):
+    # Outside any loop or cond the variable was first asked for in, as the variable (TF1).
+    with g.name_scope(None), control_flow_ops.init_scope(g), g.name_scope(f"{name}/Regularizer/"):
         loss = regularizer(var)
     if loss is not None:
         g.add_to_collection(GraphKeys.REGULARIZATION_LOSSES, loss)

@@ -15,6 +15,26 @@ from tensorweave.framework.indexed_slices import IndexedSlices
 from tensorweave.ops import array_ops, control_flow_ops, state_ops
 
 
+def _check_built_outside_control_flow(graph, start: int, init: Tensor, what: str) -> None:
+    """The initial value ``init`` of ``what``, and the ops built for it since op number
+    ``start`` (all outside control flow), must not use a value of a tw.cond branch or a
+    tw.while_loop body: the variable exists once per graph, that value once per branch taken
+    or iteration."""
+    inside = control_flow_ops._in_control_flow_op
+    culprit, verb = (init.op, "is") if inside(init.op) else (None, "uses")
+    for op in graph._nodes[start:] if culprit is None else ():
+        culprit = next((x for x in [t.op for t in op.inputs] + op.control_inputs if inside(x)), None)
+        if culprit is not None:
+            break
+    if culprit is not None:
+        name = init.name if culprit is init.op else culprit.name
+        raise errors.InvalidArgumentError(
+            f"the initial value of {what} {verb} '{name}', which was built inside "
+            f"{control_flow_ops._output_context(culprit).describe()}: a variable is created outside "
+            "control flow (once, not per branch or iteration), so build its initial value there too, or "
+            "pass a callable (an initializer or a lambda) that builds it from values outside the loop or cond")
+
+
 class Variable:
     """A variable: a Variable node, its initializer (an Assign) and a read snapshot.
 
@@ -27,11 +47,16 @@ class Variable:
         if initial_value is None:
             raise errors.InvalidArgumentError("tw.Variable needs an initial_value")
         g = get_default_graph()
-        with g.name_scope(name or "Variable") as scope:
+        # The variable, its initializer and its snapshot exist once per graph: built outside
+        # any tw.cond/tw.while_loop the caller is in (TF's init_scope), and free of its
+        # control dependencies. Ops of a loop body that use the variable capture the snapshot
+        # (or take the reference) as usual.
+        with g.name_scope(name or "Variable") as scope, control_flow_ops.init_scope(g):
             base = scope.rstrip("/")
-            with g.control_dependencies(None):  # the initial value must not wait for anything
-                init = initial_value() if callable(initial_value) else initial_value
-                init = convert_to_tensor(init, dtype=dtype, name="initial_value")
+            start = len(g._nodes)
+            init = initial_value() if callable(initial_value) else initial_value
+            init = convert_to_tensor(init, dtype=dtype, name="initial_value")
+            _check_built_outside_control_flow(g, start, init, f"variable '{base}'")
             shape = init.shape if validate_shape else None
             # The Variable node takes the scope's own (already unique) name, as in TF1.
             self._variable = state_ops.variable_op(shape, init.dtype, container=container, exact_name=base)

@@ -5,8 +5,9 @@
    with ``allow_soft_placement`` a constraint nothing satisfies falls back to the devices
    of the job/replica/task it names (any device type: a program written for
    ``/gpu:0`` runs where there is none), else to any device with a kernel.
-2. **Colocation**: a variable and every op that takes it by reference (a queue or other
-   resource and every op that uses its handle), and ops created under ``tw.colocate_with``
+2. **Colocation**: a variable and every op that takes it by reference (a queue, stack,
+   tensor array or other resource and every op that uses its handle, also through the
+   Enter/Switch/Merge/Identity that carry it into a loop or cond), and ops created under ``tw.colocate_with``
    (attr ``_class: ["loc:@name"]``), are joined by union-find. A group may go only where
    its anchors (the variables, resources and ``colocate_with`` members) all may and where
    every op taking a member by reference has a kernel. Such an op's own device request
@@ -77,10 +78,46 @@ def _is_resource_handle(t) -> bool:
     return op_def.outputs[t.value_index].name.endswith("handle")
 
 
+# Ops that pass a value through unchanged (control flow plumbing and Identity): a handle
+# that enters a loop or a cond branch through them is still the handle of the same state, as
+# TF's placer follows resource edges through them. Value: the inputs that are forwarded.
+_FORWARDING = {"Enter": (0,), "RefEnter": (0,), "Exit": (0,), "RefExit": (0,), "NextIteration": (0,),
+               "RefNextIteration": (0,), "Switch": (0,), "RefSwitch": (0,), "Identity": (0,),
+               "RefIdentity": (0,), "Merge": None, "RefMerge": None}
+
+
+def _handle_source(t, memo):
+    """The stateful op whose handle ``t`` is — directly, or passed on through Enter, Switch,
+    Merge, Identity, ... (a stack's handle entering a loop body) — or None."""
+    key = (t.op, t.value_index)
+    if key in memo:
+        return memo[key]
+    src, todo, seen = None, [t], {key}
+    while todo and src is None:  # iterative: forwarding chains may be long, and loops cycle
+        x = todo.pop()
+        known = memo.get((x.op, x.value_index), False)
+        if known is not False:
+            src = known
+        elif _is_resource_handle(x):
+            src = x.op
+        else:
+            which = _FORWARDING.get(x.op.type, ())
+            ins = x.op.inputs if which is None else [x.op.inputs[i] for i in which if i < len(x.op.inputs)]
+            for y in ins:
+                k = (y.op, y.value_index)
+                if k not in seen:
+                    seen.add(k)
+                    todo.append(y)
+    memo[key] = src
+    return src
+
+
 def colocation_groups(nodes) -> _UnionFind:
     """Nodes that must share a device: a variable and every op that takes it by reference,
-    a queue/reader/stack/accumulator and every op that uses its handle, and ops colocated with ``tw.colocate_with`` (with the named node, when it is among
-    ``nodes``, and with each other in any case)."""
+    a queue/reader/stack/tensor array/accumulator and every op that uses its handle (also
+    where the handle reaches it through Enter, Switch, Merge or Identity, as in a loop body,
+    and those forwarding ops too), and ops colocated with ``tw.colocate_with`` (with the
+    named node, when it is among ``nodes``, and with each other in any case)."""
     return _colocation(nodes)[0]
 
 
@@ -90,13 +127,15 @@ def _colocation(nodes):
     uf = _UnionFind()
     follows: dict = {}
     by_name = {op.name: op for op in nodes}
+    memo: dict = {}
     for op in nodes:
         uf.find(op)
         for t, ref in zip(op.inputs, flat_input_is_ref(op)):
-            if ref or _is_resource_handle(t):
+            src = None if ref else _handle_source(t, memo)
+            if ref or src is not None:
                 uf.union(t.op, op)
                 if t.op is not op:
-                    follows.setdefault(op, (t.op, "variable" if ref else "resource"))
+                    follows.setdefault(op, (t.op if ref else src, "variable" if ref else "resource"))
         for c in colocation_classes(op):
             target = by_name.get(c[len("loc:@"):])
             uf.union(target if target is not None else c, op)
