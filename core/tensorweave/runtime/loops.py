@@ -42,7 +42,7 @@ _UNSUPPORTED = {"ControlTrigger", "_Send", "_Recv"}
 LOOP_OP_TYPE = "_FastLoop"
 
 # Step kinds of a loop's schedule, beyond the executor's K_NULLARY/K_UNARY/K_BINARY/K_GENERIC.
-K_COPY, K_PRED, K_NEXT, K_LOOP = 10, 11, 12, 13
+K_PRED, K_NEXT, K_LOOP = 11, 12, 13
 
 # How often (in iterations) a running loop looks at the step's cancellation and deadline.
 _CHECK_EVERY = 64
@@ -81,13 +81,14 @@ class CompiledLoop:
     of the iteration that runs it (the frame's own slots are its nodes' and no one else's)
     and returns the Exit values, in the order of the LoopNode's outputs."""
 
-    def __init__(self, frame, enter_slots, steps, exit_srcs, slot_node, device, to_host):
+    def __init__(self, frame, enter_slots, inits, steps, exit_srcs, slot_node, device, to_host):
         self.frame = frame
         self.enter_slots = enter_slots   # where each input (an Enter's value) goes
+        self.inits = inits               # (kernel, slot): the body's constants, once per loop
         self.steps = steps               # one iteration: (fn, a, b, kind, out, x)
         self.exit_srcs = exit_srcs       # slots holding the loop variables when it ends
         self.slot_node = slot_node       # output slot -> node, to name the node that failed
-        self.own_slots = tuple({*enter_slots, *(s[4] for s in steps if s[4] >= 0),
+        self.own_slots = tuple({*enter_slots, *(s for _fn, s in inits), *(s[4] for s in steps if s[4] >= 0),
                                 *(d for s in steps if s[3] == K_NEXT for d in s[5][1])})
         self.device = device
         self.truth = None if to_host is None else (lambda v: bool(np.asarray(to_host(v))))
@@ -96,6 +97,8 @@ class CompiledLoop:
         for s, v in zip(self.enter_slots, args):
             lv[s] = v
         try:
+            for fn, s in self.inits:
+                lv[s] = fn()
             if state.stats is not None:
                 self._iterate_traced(state, lv)
             else:
@@ -115,8 +118,6 @@ class CompiledLoop:
                         lv[out] = fn(lv[a], lv[b])
                     elif kind == K_UNARY:
                         lv[out] = fn(lv[a])
-                    elif kind == K_COPY:
-                        lv[out] = lv[a]
                     elif kind == K_NULLARY:
                         lv[out] = fn()
                     elif kind == K_PRED:
@@ -128,7 +129,7 @@ class CompiledLoop:
                         for d, v in zip(dsts, new):
                             lv[d] = v
                     else:
-                        _run_node(state, x, kind, lv)
+                        _run_node(state, x, a, kind, lv)
                 else:
                     i += 1
                     if not i % _CHECK_EVERY:
@@ -164,12 +165,10 @@ class CompiledLoop:
                         lv[out] = fn(lv[a], lv[b])
                     elif kind == K_UNARY:
                         lv[out] = fn(lv[a])
-                    elif kind == K_COPY:
-                        lv[out] = lv[a]
                     elif kind == K_NULLARY:
                         lv[out] = fn()
                     else:
-                        _run_node(state, x, kind, lv)
+                        _run_node(state, x, a, kind, lv)
                 except (errors.CancelledError, errors.DeadlineExceededError):
                     raise
                 except Exception as e:  # noqa: BLE001
@@ -195,9 +194,9 @@ class CompiledLoop:
         return wrap_kernel_error(e, node.op if node is not None else None, self.device)
 
 
-def _run_node(state, n, kind, lv):
+def _run_node(state, n, ins, kind, lv):
     """A node that is not a direct kernel call: a generic kernel or a nested loop."""
-    args = [lv[i] for i in n.ins]
+    args = [lv[i] for i in ins]
     if kind == K_LOOP:
         res = n.loop.execute(state, lv, args)
     else:
@@ -406,39 +405,53 @@ def _compile_frame(f, members, in_f, edges, device, to_host):
         if (n.op.type not in structural or n in copies) and any(
                 p in body or p.op.type == _SWITCH for p, _k, _pos in data_in[n] + ctrl_in[n]):
             body.add(n)
+    # Values that need no step: a Switch's true output, a one-input Merge and an Identity
+    # are their input (no dead values here); their readers read the input's slot directly.
+    alias: dict = {s.outs[1]: s.ins[0] for s in switches}
+    alias.update((m.outs[0], m.ins[0]) for m in copies)
+    for n in members:
+        if n.op.type == "Identity" and n.kind == K_UNARY and not n.pre:
+            alias[n.outs[0]] = n.ins[0]
+
+    def slot(s):
+        while s in alias:
+            s = alias[s]
+        return s
+    # Constants inside the body (they wait for the loop's pivot) are computed once per loop.
+    inits = [(n.fn, n.outs[0]) for n in members if n.op.type == "Const" and n.kind == K_NULLARY and not n.pre]
+    skip = {n for n in members if n.op.type in structural or n.outs and n.outs[0] in alias
+            or n.op.type == "Const" and n.kind == K_NULLARY and not n.pre}
     steps: list = []
     slot_node: dict = {}
     for n in members:
-        if (n.op.type not in structural or n in copies) and n not in body:
-            _encode(n, steps, slot_node, n in copies)
-    steps.append((None, cond.ins[0], 0, K_PRED, -1, None))
-    for s in switches:
-        steps.append((None, s.ins[0], 0, K_COPY, s.outs[1], None))
+        if n not in skip and n not in body:
+            _encode(n, steps, slot_node, slot)
+    steps.append((None, slot(cond.ins[0]), 0, K_PRED, -1, None))
     for n in members:
-        if n in body:
-            _encode(n, steps, slot_node, n in copies)
-    steps.append((None, 0, 0, K_NEXT, -1, (tuple(merge_next[m].ins[0] for m in merges),
+        if n not in skip and n in body:
+            _encode(n, steps, slot_node, slot)
+    steps.append((None, 0, 0, K_NEXT, -1, (tuple(slot(merge_next[m].ins[0]) for m in merges),
                                            tuple(m.outs[0] for m in merges))))
     # Iteration 0 reads a loop variable's Enter value through its Merge: the value goes
     # straight to the Merge's output slot; an invariant to its Enter's own slot.
     enter_slots = [e.outs[0] if e.op.get_attr("is_constant")
                    else next(m for m in merges if merge_enter[m] is e).outs[0] for e in enters]
-    exit_srcs = [data_in[x][0][0].ins[0] for x in exits]
+    exit_srcs = [slot(data_in[x][0][0].ins[0]) for x in exits]
     pre = [step for e in enters for step in e.pre]
-    loop = CompiledLoop(f, enter_slots, steps, exit_srcs, slot_node, device, to_host)
+    loop = CompiledLoop(f, enter_slots, inits, steps, exit_srcs, slot_node, device, to_host)
     return loop, enters, exits, pre
 
 
-def _encode(n, steps, slot_node, copy=False):
-    for fn, src, slot in n.pre:
-        steps.append((fn, src, 0, K_NULLARY if src < 0 else K_UNARY, slot, None))
-        slot_node[slot] = n
-    if copy:
-        steps.append((None, n.ins[0], 0, K_COPY, n.outs[0], None))
-    elif n.op.type == LOOP_OP_TYPE:
-        steps.append((None, 0, 0, K_LOOP, -1, n))
+def _encode(n, steps, slot_node, slot):
+    """``n``'s steps: the reads before it, then its kernel call, inputs through ``slot``."""
+    for fn, src, out in n.pre:
+        steps.append((fn, slot(src) if src >= 0 else src, 0, K_NULLARY if src < 0 else K_UNARY, out, None))
+        slot_node[out] = n
+    if n.op.type == LOOP_OP_TYPE:
+        steps.append((None, tuple(slot(i) for i in n.ins), 0, K_LOOP, -1, n))
     elif n.kind in (K_NULLARY, K_UNARY, K_BINARY):
-        steps.append((n.fn, n.ins[0] if n.ins else 0, n.ins[1] if len(n.ins) > 1 else 0, n.kind, n.outs[0], n))
+        steps.append((n.fn, slot(n.ins[0]) if n.ins else 0, slot(n.ins[1]) if len(n.ins) > 1 else 0, n.kind,
+                      n.outs[0], n))
         slot_node[n.outs[0]] = n
     else:
-        steps.append((n.fn, 0, 0, K_GENERIC, -1, n))
+        steps.append((n.fn, tuple(slot(i) for i in n.ins), 0, K_GENERIC, -1, n))
