@@ -56,16 +56,37 @@ def _stack(ctx):
     return stack
 
 
+def _cached_lookup(ctx):
+    """``_lookup`` for one push/pop kernel: a loop hands it the same handle array in every
+    iteration, so the handle's key is remembered (one tuple, replaced atomically, so
+    concurrent steps with other handles never see a mixed pair)."""
+    last = [(None, None)]
+
+    def lookup(step, handle):
+        h, key = last[0]
+        if h is not handle:
+            key = _key(handle)
+            last[0] = (handle, key)
+        res = getattr(step, "step_resources", None)
+        stack = res.get(key) if res is not None else None
+        return (key, stack) if stack is not None else _lookup(ctx, step, handle)
+    return lookup
+
+
 def _push(ctx):
+    lookup = _cached_lookup(ctx)
+
     def push(step, handle, elem):
-        _lookup(ctx, step, handle)[1].append(elem)
+        lookup(step, handle)[1].append(elem)
         return elem
     return push
 
 
 def _pop(ctx):
+    lookup = _cached_lookup(ctx)
+
     def pop(step, handle):
-        key, stack = _lookup(ctx, step, handle)
+        key, stack = lookup(step, handle)
         try:
             return stack.pop()
         except IndexError:

@@ -43,6 +43,9 @@ LOOP_OP_TYPE = "_FastLoop"
 
 # Step kinds of a loop's schedule, beyond the executor's K_NULLARY/K_UNARY/K_BINARY/K_GENERIC.
 K_PRED, K_NEXT, K_LOOP = 11, 12, 13
+# One-output kernels with any number of inputs (their slots in the step's ``a``), without
+# and with the step's context: called directly too, not through _run_node.
+K_NARY, K_CTX = 14, 15
 
 # How often (in iterations) a running loop looks at the step's cancellation and deadline.
 _CHECK_EVERY = 64
@@ -109,7 +112,7 @@ class CompiledLoop:
                 lv[s] = None
 
     def _iterate(self, state, lv):
-        steps, truth = self.steps, self.truth
+        steps, truth, step = self.steps, self.truth, state.step
         i, out, x = 0, -1, None
         try:
             while True:
@@ -123,6 +126,10 @@ class CompiledLoop:
                     elif kind == K_PRED:
                         if not (lv[a] if truth is None else truth(lv[a])):
                             break
+                    elif kind == K_CTX:
+                        lv[out] = fn(step, *[lv[i] for i in a])
+                    elif kind == K_NARY:
+                        lv[out] = fn(*[lv[i] for i in a])
                     elif kind == K_NEXT:
                         srcs, dsts = x
                         new = [lv[s] for s in srcs]
@@ -167,6 +174,10 @@ class CompiledLoop:
                         lv[out] = fn(lv[a])
                     elif kind == K_NULLARY:
                         lv[out] = fn()
+                    elif kind == K_CTX:
+                        lv[out] = fn(state.step, *[lv[i] for i in a])
+                    elif kind == K_NARY:
+                        lv[out] = fn(*[lv[i] for i in a])
                     else:
                         _run_node(state, x, a, kind, lv)
                 except (errors.CancelledError, errors.DeadlineExceededError):
@@ -451,6 +462,10 @@ def _encode(n, steps, slot_node, slot):
         steps.append((None, tuple(slot(i) for i in n.ins), 0, K_LOOP, -1, n))
     elif n.kind in (K_NULLARY, K_UNARY, K_BINARY):
         steps.append((n.fn, slot(n.ins[0]) if n.ins else 0, slot(n.ins[1]) if len(n.ins) > 1 else 0, n.kind,
+                      n.outs[0], n))
+        slot_node[n.outs[0]] = n
+    elif len(n.outs) == 1 and not (n.unwrap or n.track or n.kd.is_async):
+        steps.append((n.fn, tuple(slot(i) for i in n.ins), 0, K_CTX if n.kd.takes_context else K_NARY,
                       n.outs[0], n))
         slot_node[n.outs[0]] = n
     else:
