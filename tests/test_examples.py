@@ -64,3 +64,20 @@ def test_distributed_digits_on_a_local_cluster(transport, mode):
     assert updates == 15 * 23 if mode == "sync" else 15 * 23 < updates <= 2 * 15 * 23, out
     assert acc >= 0.95, out
     assert f"[{mode}] epoch  15/15" in err
+
+
+@pytest.mark.parametrize("loss,fall", [("nce", 0.5), ("sampled_softmax", 0.97)])
+def test_word2vec_on_a_slice_of_the_fortunes_over_two_ps_tasks(loss, fall):
+    """The first 30,000 words, 400 steps, the tables partitioned over 2 ps processes (grpc):
+    the loss falls (NCE's from its large start, sampled softmax's from about log 65), and the
+    neighbour lists come out (their quality needs the full run: the example's docstring)."""
+    if not Path("/usr/share/games/fortunes/fortunes").exists():
+        pytest.skip("Debian's 'fortunes' package is not installed (.ci/run installs it)")
+    if "grpc" not in _installed_transports():
+        pytest.skip("transport grpc is not installed")
+    out, err = _run(EXAMPLES / "word2vec.py", "--loss", loss, "--max-words", "30000", "--steps", "400",
+                    "--log-every", "100", "--transport", "grpc", timeout=240)
+    assert re.search(r"corpus: 30000 words, vocabulary \d+", out), out + err
+    losses = [float(x) for x in re.findall(rf"{loss} loss (\d+\.\d+)", out)]
+    assert len(losses) == 4 and losses[-1] < fall * losses[0], out
+    assert len(re.findall(r"nearest to '\w+': \w", out)) >= 5, out
