@@ -6,8 +6,6 @@ device (PoCL). The same over two grpc tasks: tests/distributed/test_loops_across
 
 from __future__ import annotations
 
-import faulthandler
-
 import numpy as np
 import pytest
 
@@ -28,11 +26,8 @@ def _has_opencl() -> bool:
 pytestmark = pytest.mark.skipif(not _has_opencl(), reason="no OpenCL device (PoCL) here")
 
 
-@pytest.fixture(autouse=True)
-def _bounded_time():
-    faulthandler.dump_traceback_later(240, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
+# A control-flow bug shows up as a step that never finishes: fail loudly instead of hanging.
+pytestmark = pytest.mark.usefixtures("bounded_time")
 
 
 def build(devices, make_cells, lengths=None, dtype=tw.float32):

@@ -4,7 +4,6 @@ pivots, shape checks, errors) and results when run."""
 from __future__ import annotations
 
 import collections
-import faulthandler
 
 import numpy as np
 import pytest
@@ -13,13 +12,8 @@ import tensorweave as tw
 from tensorweave.framework import errors
 from tensorweave.ops.control_flow_ops import CondContext, WhileContext
 
-
-@pytest.fixture(autouse=True)
-def _bounded_time():
-    # A control-flow bug shows up as a step that never finishes: fail loudly instead of hanging.
-    faulthandler.dump_traceback_later(120, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
+# A control-flow bug shows up as a step that never finishes: fail loudly instead of hanging.
+pytestmark = pytest.mark.usefixtures("bounded_time")
 
 
 @pytest.fixture(autouse=True)

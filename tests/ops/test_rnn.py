@@ -5,8 +5,6 @@ learns."""
 
 from __future__ import annotations
 
-import faulthandler
-
 import numpy as np
 import pytest
 
@@ -16,17 +14,8 @@ from tensorweave.framework import errors
 rnn_cell = tw.nn.rnn_cell
 
 
-@pytest.fixture(autouse=True)
-def _bounded_time():
-    faulthandler.dump_traceback_later(240, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
-
-@pytest.fixture(autouse=True)
-def _graph():
-    with tw.Graph().as_default():
-        yield
+# A control-flow bug shows up as a step that never finishes: fail loudly instead of hanging.
+pytestmark = pytest.mark.usefixtures("bounded_time")
 
 
 def rng(seed=0):

@@ -3,8 +3,6 @@ differences, and bad input (clear errors naming the op)."""
 
 from __future__ import annotations
 
-import faulthandler
-
 import numpy as np
 import pytest
 
@@ -12,18 +10,8 @@ import tensorweave as tw
 from tensorweave.framework import errors
 from tensorweave.testing.gradient_checker import check_gradients
 
-
-@pytest.fixture(autouse=True)
-def _bounded_time():
-    faulthandler.dump_traceback_later(120, exit=True)
-    yield
-    faulthandler.cancel_dump_traceback_later()
-
-
-@pytest.fixture(autouse=True)
-def _graph():
-    with tw.Graph().as_default():
-        yield
+# A control-flow bug shows up as a step that never finishes: fail loudly instead of hanging.
+pytestmark = pytest.mark.usefixtures("bounded_time")
 
 
 def rng(seed=0):
