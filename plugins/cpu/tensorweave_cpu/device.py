@@ -53,7 +53,12 @@ class CPUAllocator(Allocator):
 def blas_threads() -> int:
     """Threads the BLAS under NumPy uses for one call: threadpoolctl's answer when it is
     installed, else the thread-count variables OpenBLAS, MKL and OpenMP read, else one per
-    core (their default)."""
+    core (their default). With the thread policy active (blas.py) the count of large products:
+    small ones run on one thread."""
+    from tensorweave_cpu import blas
+
+    if blas.max_threads():
+        return blas.max_threads()
     try:
         import threadpoolctl  # optional (scikit-learn brings it); the answer is then exact
     except ImportError:

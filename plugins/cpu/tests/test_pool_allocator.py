@@ -8,6 +8,7 @@ import pytest
 import tensorweave as tw
 from tensorweave import plugins
 from tensorweave.framework.kernel_registry import KernelContext
+from tensorweave_cpu import blas
 from tensorweave_cpu.device import CPUAllocator, CPUDeviceFactory
 from tensorweave_cpu.pool import PoolAllocator, size_class
 
@@ -134,12 +135,12 @@ def test_default_allocator_keeps_the_plain_numpy_kernels():
     s, p = a + a, tw.matmul(a, a)
     cpu = CPUAllocator(DEV)
     assert _cpu_kernel(s.op, cpu) is np.add
-    assert _cpu_kernel(p.op, cpu) is np.matmul
+    assert _cpu_kernel(p.op, cpu) is blas.matmul  # NumPy's, on the thread count its size deserves
     pool = PoolAllocator(DEV)
-    assert _cpu_kernel(s.op, pool) is not np.add and _cpu_kernel(p.op, pool) is not np.matmul
+    assert _cpu_kernel(s.op, pool) is not np.add and _cpu_kernel(p.op, pool) is not blas.matmul
     small = tw.placeholder(tw.float32, [4, 4])       # statically small: plain kernels even with a pool
     assert _cpu_kernel((small * small).op, pool) is np.multiply
-    assert _cpu_kernel(tw.matmul(small, small).op, pool) is np.matmul
+    assert _cpu_kernel(tw.matmul(small, small).op, pool) is blas.matmul
 
 
 def test_pooled_kernels_write_into_pool_buffers():

@@ -14,6 +14,7 @@ import numpy as np
 
 from tensorweave.framework import errors
 from tensorweave.ops import image_ops
+from tensorweave_cpu import blas
 
 CPU = "CPU"
 _E = errors.InvalidArgumentError
@@ -87,7 +88,7 @@ def _resize_bilinear_grad(ctx):
         _, h, w, _ = x.shape
         ay, ax = tables(h, g.shape[1]), tables(w, g.shape[2])
         gt = g.astype(np.float64).transpose(0, 3, 1, 2)           # n, c, oh, ow
-        dx = np.matmul(np.matmul(ay.T, gt), ax)                  # n, c, h, w
+        dx = blas.matmul(blas.matmul(ay.T, gt), ax)                  # n, c, h, w
         return dx.transpose(0, 2, 3, 1).astype(x.dtype)
     return resize_bilinear_grad
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave_cpu import blas
 
 CPU = "CPU"
 
@@ -101,12 +102,12 @@ def _matmul(ctx):
     if pooled is not None:
         return pooled
     if not ta and not tb:
-        return np.matmul
+        return blas.matmul
     if ta and tb:
-        return lambda a, b: np.matmul(a.T, b.T)
+        return lambda a, b: blas.matmul(a.T, b.T)
     if ta:
-        return lambda a, b: np.matmul(a.T, b)
-    return lambda a, b: np.matmul(a, b.T)
+        return lambda a, b: blas.matmul(a.T, b)
+    return lambda a, b: blas.matmul(a, b.T)
 
 
 def _squared_difference(ctx):
@@ -195,11 +196,11 @@ def _pooled_matmul(ctx, ta, tb):
         if tb:
             b = b.T
         if a.ndim != 2 or b.ndim != 2 or a.shape[1] != b.shape[0]:
-            return np.matmul(a, b)  # let NumPy report the mismatch
+            return blas.matmul(a, b)  # let NumPy report the mismatch
         shape = (a.shape[0], b.shape[1])
         if shape[0] * shape[1] * itemsize < POOLED_MIN_BYTES:
-            return np.matmul(a, b)
-        return np.matmul(a, b, out=allocate(shape, dt))
+            return blas.matmul(a, b)
+        return blas.matmul(a, b, out=allocate(shape, dt))
     return f
 
 
@@ -335,7 +336,7 @@ def _batch_matmul(ctx):
             raise ctx.error(errors.InvalidArgumentError,
                             f"matrix dimensions are incompatible: shapes {x.shape} and {y.shape} "
                             f"(adj_x={adj_x}, adj_y={adj_y})")
-        return np.asarray(np.matmul(a, b), dtype=dt)
+        return np.asarray(blas.matmul(a, b), dtype=dt)
     return bmm
 
 

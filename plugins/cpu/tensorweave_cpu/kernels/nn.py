@@ -15,6 +15,7 @@ import numpy as np
 
 from tensorweave.framework import errors
 from tensorweave.ops.nn_ops import conv_output_size, spatial_axes
+from tensorweave_cpu import blas
 
 CPU = "CPU"
 _E = errors.InvalidArgumentError
@@ -242,7 +243,7 @@ def _conv2d(ctx):
             raise ctx.error(_E, f"input depth {c} does not match the filter's in_channels {ci}")
         oh, ow, pads = _geometry(ctx, h, w, kh, kw, sh, sw, dh, dw)
         cols = _im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache)
-        y = np.matmul(cols, f.reshape(kh * kw * c, co))
+        y = blas.matmul(cols, f.reshape(kh * kw * c, co))
         return _from_nhwc(y.reshape(n, oh, ow, co), fmt)
     return conv2d
 
@@ -268,8 +269,8 @@ def _conv2d_backprop_input(ctx):
             eh, ew = (kh - 1) * dh, (kw - 1) * dw
             flipped = np.ascontiguousarray(f[::-1, ::-1].transpose(0, 1, 3, 2)).reshape(kh * kw * co, c)
             cols = _im2col(dy, kh, kw, 1, 1, dh, dw, h, w, (eh - pt, eh - pb, ew - pl, ew - pr), cache)
-            return _from_nhwc(np.matmul(cols, flipped).reshape(n, h, w, c), fmt)
-        dcols = np.matmul(dy.reshape(n * oh * ow, co), f.reshape(kh * kw * c, co).T).reshape(n, oh, ow, kh, kw, c)
+            return _from_nhwc(blas.matmul(cols, flipped).reshape(n, h, w, c), fmt)
+        dcols = blas.matmul(dy.reshape(n * oh * ow, co), f.reshape(kh * kw * c, co).T).reshape(n, oh, ow, kh, kw, c)
         if kh == kw == sh == sw == 1 and not (pt or pb or pl or pr):
             return _from_nhwc(dcols.reshape(n, h, w, c), fmt)
         dxp = np.zeros((n, h + pt + pb, w + pl + pr, c), dy.dtype)
@@ -293,7 +294,7 @@ def _conv2d_backprop_filter(ctx):
         oh, ow, pads = _geometry(ctx, h, w, kh, kw, sh, sw, dh, dw)
         _check_dy(ctx, dy, (n, oh, ow, co))
         cols = _im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache)
-        return np.matmul(cols.T, dy.reshape(n * oh * ow, co)).reshape(kh, kw, c, co)
+        return blas.matmul(cols.T, dy.reshape(n * oh * ow, co)).reshape(kh, kw, c, co)
     return backprop_filter
 
 

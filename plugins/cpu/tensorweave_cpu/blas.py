@@ -1,0 +1,86 @@
+"""How many threads the BLAS under NumPy may use for one product (issue 17's threading defaults).
+
+OpenBLAS (NumPy's BLAS) splits every product above a tiny size over all its threads, one per
+core. For the small products of most steps (an LSTM cell's 32x400x800, a 128-row MLP layer)
+that is a loss: the threads hand the work over and wait for each other, and when any other
+thread or process holds a core — the executor's own threads, a data pipeline, a second
+program — the product waits for a descheduled thread. Measured on this project's 2-core
+machines under load: a 128x128x64 product took 5.6 ms on two threads and 28 us on one; an
+LSTM language model's step 1135 ms against 52 ms.
+
+So products below ``SMALL_FLOPS`` run on one BLAS thread and larger ones on the BLAS's own
+thread count (the ``*_NUM_THREADS`` variables a user set, else one per core). The count is
+changed through threadpoolctl's handle on the loaded BLAS library, only when it differs from
+the last one set (a C call of about a microsecond). Without threadpoolctl, or with a BLAS it
+cannot drive, products run as NumPy runs them. ``TENSORWEAVE_BLAS_POLICY=0`` turns the
+policy off (the BLAS then decides alone).
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+
+import numpy as np
+
+# A few milliseconds of single-threaded sgemm on a current core: below it a second thread
+# wins back less than one wait for a descheduled thread costs on a busy machine.
+SMALL_FLOPS = 2e8
+
+_lock = threading.Lock()
+_state: dict = {}  # "libs": BLAS controllers, "max": the BLAS's thread count, "now": the last count set
+
+
+def _controllers():
+    """The loaded BLAS libraries' threadpoolctl controllers and their thread count, or None."""
+    if "libs" in _state:
+        return _state["libs"]
+    with _lock:
+        if "libs" in _state:
+            return _state["libs"]
+        libs = None
+        if os.environ.get("TENSORWEAVE_BLAS_POLICY", "").strip().lower() not in ("0", "false", "off", "no"):
+            try:
+                import threadpoolctl
+
+                found = threadpoolctl.ThreadpoolController().select(user_api="blas").lib_controllers
+                if found:
+                    libs = found
+                    _state["max"] = max(1, max(c.num_threads for c in found))
+                    _state["now"] = _state["max"]
+            except Exception:  # noqa: BLE001 - an odd BLAS build: NumPy's own behaviour stays
+                libs = None
+        _state["libs"] = libs
+        return libs
+
+
+def use_threads_for(flops: float) -> None:
+    """Set the BLAS's thread count for a product of ``flops`` floating-point operations."""
+    libs = _state.get("libs", False)
+    if libs is False:
+        libs = _controllers()
+    if not libs:
+        return
+    want = 1 if flops < SMALL_FLOPS else _state["max"]
+    if _state["now"] != want:
+        _state["now"] = want
+        for c in libs:
+            c.set_num_threads(want)
+
+
+def matmul(a, b, out=None):
+    """``np.matmul`` on the thread count its size deserves."""
+    if a.ndim >= 2 and b.ndim >= 2:
+        batch = a.size // (a.shape[-1] * a.shape[-2]) if a.shape[-1] and a.shape[-2] else 0
+        use_threads_for(2.0 * max(batch, 1) * a.shape[-2] * a.shape[-1] * b.shape[-1])
+    return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
+
+
+def max_threads() -> int | None:
+    """The BLAS's own thread count, which large products use (None: the policy is not active)."""
+    return _state.get("max") if _controllers() else None
+
+
+def threads_now() -> int | None:
+    """The thread count last set by the policy (None: the policy is not active)."""
+    return _state.get("now") if _controllers() else None
