@@ -384,3 +384,24 @@ def test_small_lstm_learns_to_count_ones():
             last, _ = sess.run([loss, train], feed)
         acc = np.mean((sess.run(logits, feed) > 0) == (target > 0.5))
     assert last < 0.3 * first and acc > 0.95, (first, last, acc)
+
+
+def test_cells_made_with_reuse_true_share_the_first_models_variables():
+    """The PTB tutorial's pattern: a training model, then an evaluation model whose cells are
+    made with ``reuse=True`` under a reusing scope: the same variables, the same outputs."""
+    x = tw.placeholder(tw.float32, [2, 5, 3])
+
+    def model(reuse):
+        cell = rnn_cell.MultiRNNCell([rnn_cell.BasicLSTMCell(4, reuse=reuse) for _ in range(2)])
+        return tw.nn.dynamic_rnn(cell, x, dtype=tw.float32)[0]
+    with tw.variable_scope("Model", reuse=None, initializer=tw.random_uniform_initializer(-0.5, 0.5, seed=3)):
+        train_out = model(None)
+    n_vars = len(tw.global_variables())
+    with tw.variable_scope("Model", reuse=True):
+        eval_out = model(True)
+    assert len(tw.global_variables()) == n_vars == 4
+    assert {v.name for v in tw.global_variables()} >= {"Model/rnn/multi_rnn_cell/cell_0/basic_lstm_cell/kernel:0"}
+    with tw.Session() as sess:
+        sess.run(tw.global_variables_initializer())
+        a, b = sess.run([train_out, eval_out], {x: rng(1).normal(size=(2, 5, 3))})
+    np.testing.assert_array_equal(a, b)

@@ -136,7 +136,10 @@ class RNNCell:
                     self._scope = sc
                 return self._call_in_scope(inputs, state)
         if self._scope is None:
-            with vs.variable_scope(self._name, default_name=self._default_name if self._name is None else None,
+            # A reusing cell opens its scope by name (TF1's layers do): a default_name would
+            # make a fresh, uniquified scope, which cannot be reused.
+            name = self._name if self._name is not None or not self._reuse else self._default_name
+            with vs.variable_scope(name, default_name=self._default_name if name is None else None,
                                    reuse=self._reuse) as sc:
                 self._scope = sc
                 return self._call_in_scope(inputs, state)
