@@ -98,8 +98,9 @@ def _xent(ctx):
         sum_e = np.sum(e, axis=1, keepdims=True)
         lab = _upcast(labels)
         loss = np.sum(lab * (np.log(sum_e) - s), axis=1)
-        backprop = e / sum_e - lab
-        return loss.astype(dt, copy=False), backprop.astype(dt, copy=False)
+        np.divide(e, sum_e, out=e)  # in place (see sparse_xent)
+        e -= lab
+        return loss.astype(dt, copy=False), e.astype(dt, copy=False)
     return xent
 
 
@@ -115,14 +116,18 @@ def _sparse_xent(ctx):
             raise ctx.error(_E, f"Received a label value of {labels[bad][0]} which is outside the valid range of "
                                 f"[0, {c}). Label values: {shown}")
         dt = features.dtype
+        # One fresh array, worked on in place (exp, then the division): a language model's
+        # [batch*steps, vocab] logits are tens of MB, and each new array of that size costs
+        # as much in page faults as the arithmetic.
         s = _shifted(_upcast(features))
-        e = np.exp(s)
-        sum_e = np.sum(e, axis=1, keepdims=True)
         rows = np.arange(n)
-        loss = np.log(sum_e[:, 0]) - s[rows, labels]
-        backprop = e / sum_e
-        backprop[rows, labels] -= 1
-        return loss.astype(dt, copy=False), backprop.astype(dt, copy=False)
+        at_labels = s[rows, labels]
+        np.exp(s, out=s)
+        sum_e = np.sum(s, axis=1, keepdims=True)
+        loss = np.log(sum_e[:, 0]) - at_labels
+        np.divide(s, sum_e, out=s)
+        s[rows, labels] -= 1
+        return loss.astype(dt, copy=False), s.astype(dt, copy=False)
     return sparse_xent
 
 
