@@ -43,9 +43,11 @@ LOOP_OP_TYPE = "_FastLoop"
 
 # Step kinds of a loop's schedule, beyond the executor's K_NULLARY/K_UNARY/K_BINARY/K_GENERIC.
 K_PRED, K_NEXT, K_LOOP = 11, 12, 13
-# One-output kernels with any number of inputs (their slots in the step's ``a``), without
-# and with the step's context: called directly too, not through _run_node.
-K_NARY, K_CTX = 14, 15
+# Kernels with any number of inputs (their slots in the step's ``a``; ``b`` is 1 when their
+# outputs may be big enough for the allocator to track): one output, without and with the
+# step's context, or several outputs (the node in ``x``). Called directly, not through
+# _run_node.
+K_NARY, K_CTX, K_MULTI = 14, 15, 16
 
 # How often (in iterations) a running loop looks at the step's cancellation and deadline.
 _CHECK_EVERY = 64
@@ -112,7 +114,7 @@ class CompiledLoop:
                 lv[s] = None
 
     def _iterate(self, state, lv):
-        steps, truth, step = self.steps, self.truth, state.step
+        steps, truth, step, track = self.steps, self.truth, state.step, state.part.allocator.track
         i, out, x = 0, -1, None
         try:
             while True:
@@ -126,15 +128,27 @@ class CompiledLoop:
                     elif kind == K_PRED:
                         if not (lv[a] if truth is None else truth(lv[a])):
                             break
-                    elif kind == K_CTX:
-                        lv[out] = fn(step, *[lv[i] for i in a])
                     elif kind == K_NARY:
-                        lv[out] = fn(*[lv[i] for i in a])
+                        v = lv[out] = fn(*[lv[i] for i in a])
+                        if b and getattr(v, "nbytes", 0) >= SMALL_BYTES:
+                            track(v)
+                    elif kind == K_CTX:
+                        v = lv[out] = fn(step, *[lv[i] for i in a])
+                        if b and getattr(v, "nbytes", 0) >= SMALL_BYTES:
+                            track(v)
                     elif kind == K_NEXT:
                         srcs, dsts = x
                         new = [lv[s] for s in srcs]
                         for d, v in zip(dsts, new):
                             lv[d] = v
+                    elif kind == K_MULTI:
+                        res = fn(step, *[lv[i] for i in a]) if x.kd.takes_context else fn(*[lv[i] for i in a])
+                        if len(res) != len(x.outs):
+                            _wrong_count(x, res)
+                        for s, v in zip(x.outs, res):
+                            lv[s] = v
+                            if b and getattr(v, "nbytes", 0) >= SMALL_BYTES:
+                                track(v)
                     else:
                         _run_node(state, x, a, kind, lv)
                 else:
@@ -174,10 +188,6 @@ class CompiledLoop:
                         lv[out] = fn(lv[a])
                     elif kind == K_NULLARY:
                         lv[out] = fn()
-                    elif kind == K_CTX:
-                        lv[out] = fn(state.step, *[lv[i] for i in a])
-                    elif kind == K_NARY:
-                        lv[out] = fn(*[lv[i] for i in a])
                     else:
                         _run_node(state, x, a, kind, lv)
                 except (errors.CancelledError, errors.DeadlineExceededError):
@@ -205,8 +215,14 @@ class CompiledLoop:
         return wrap_kernel_error(e, node.op if node is not None else None, self.device)
 
 
+def _wrong_count(n, res):
+    raise errors.InternalError(
+        f"kernel for {n.op.type} returned {0 if res is None else len(res)} outputs, expected {len(n.outs)}")
+
+
 def _run_node(state, n, ins, kind, lv):
-    """A node that is not a direct kernel call: a generic kernel or a nested loop."""
+    """A node that is not a direct kernel call (a generic kernel, a nested loop), or any node
+    of a traced loop."""
     args = [lv[i] for i in ins]
     if kind == K_LOOP:
         res = n.loop.execute(state, lv, args)
@@ -464,9 +480,11 @@ def _encode(n, steps, slot_node, slot):
         steps.append((n.fn, slot(n.ins[0]) if n.ins else 0, slot(n.ins[1]) if len(n.ins) > 1 else 0, n.kind,
                       n.outs[0], n))
         slot_node[n.outs[0]] = n
-    elif len(n.outs) == 1 and not (n.unwrap or n.track or n.kd.is_async):
-        steps.append((n.fn, tuple(slot(i) for i in n.ins), 0, K_CTX if n.kd.takes_context else K_NARY,
+    elif len(n.outs) == 1 and not (n.unwrap or n.kd.is_async):
+        steps.append((n.fn, tuple(slot(i) for i in n.ins), int(n.track), K_CTX if n.kd.takes_context else K_NARY,
                       n.outs[0], n))
         slot_node[n.outs[0]] = n
+    elif len(n.outs) > 1 and not n.kd.is_async:
+        steps.append((n.fn, tuple(slot(i) for i in n.ins), int(n.track), K_MULTI, -1, n))
     else:
         steps.append((n.fn, tuple(slot(i) for i in n.ins), 0, K_GENERIC, -1, n))
