@@ -85,50 +85,39 @@ def _named(op_type, a, b, scope):
     return apply_op(op_type, [a, b], _exact_name=scope.rstrip("/"))
 
 
-def exponential_decay(learning_rate, global_step, decay_steps, decay_rate, staircase=False, name=None):
-    """``learning_rate * decay_rate ** (global_step / decay_steps)`` (the exponent floored with
-    ``staircase``): TF1's ``tf.train.exponential_decay``."""
-    fn = "exponential_decay"
+def _decayed(fn, default_name, learning_rate, global_step, decay_steps, decay_rate, staircase, name, combine):
+    """The schedules of ``p = global_step / decay_steps`` (floored with ``staircase``):
+    ``combine(lr, decay_rate, p)`` gives the result's (op type, a, b), named like its scope."""
     _require_step(global_step, fn)
     _positive(decay_steps, "decay_steps", fn)
-    with get_default_graph().name_scope(name or "ExponentialDecay") as scope:
+    with get_default_graph().name_scope(name or default_name) as scope:
         lr = _rate(learning_rate, fn)
         dt = lr.dtype
         p = _as(global_step, dt, "global_step", fn) / _as(decay_steps, dt, "decay_steps", fn)
         if staircase:
             p = math_ops.floor(p)
-        return _named("Mul", lr, math_ops.pow(_as(decay_rate, dt, "decay_rate", fn), p), scope)
+        return _named(*combine(lr, _as(decay_rate, dt, "decay_rate", fn), p), scope)
+
+
+def exponential_decay(learning_rate, global_step, decay_steps, decay_rate, staircase=False, name=None):
+    """``learning_rate * decay_rate ** (global_step / decay_steps)`` (the exponent floored with
+    ``staircase``): TF1's ``tf.train.exponential_decay``."""
+    return _decayed("exponential_decay", "ExponentialDecay", learning_rate, global_step, decay_steps, decay_rate,
+                    staircase, name, lambda lr, rate, p: ("Mul", lr, math_ops.pow(rate, p)))
 
 
 def natural_exp_decay(learning_rate, global_step, decay_steps, decay_rate, staircase=False, name=None):
     """``learning_rate * exp(-decay_rate * global_step / decay_steps)`` (the ratio floored
     with ``staircase``): TF1's ``tf.train.natural_exp_decay``."""
-    fn = "natural_exp_decay"
-    _require_step(global_step, fn)
-    _positive(decay_steps, "decay_steps", fn)
-    with get_default_graph().name_scope(name or "NaturalExpDecay") as scope:
-        lr = _rate(learning_rate, fn)
-        dt = lr.dtype
-        p = _as(global_step, dt, "global_step", fn) / _as(decay_steps, dt, "decay_steps", fn)
-        if staircase:
-            p = math_ops.floor(p)
-        return _named("Mul", lr, math_ops.exp(-_as(decay_rate, dt, "decay_rate", fn) * p), scope)
+    return _decayed("natural_exp_decay", "NaturalExpDecay", learning_rate, global_step, decay_steps, decay_rate,
+                    staircase, name, lambda lr, rate, p: ("Mul", lr, math_ops.exp(-rate * p)))
 
 
 def inverse_time_decay(learning_rate, global_step, decay_steps, decay_rate, staircase=False, name=None):
     """``learning_rate / (1 + decay_rate * global_step / decay_steps)`` (the ratio floored with
     ``staircase``): TF1's ``tf.train.inverse_time_decay``."""
-    fn = "inverse_time_decay"
-    _require_step(global_step, fn)
-    _positive(decay_steps, "decay_steps", fn)
-    with get_default_graph().name_scope(name or "InverseTimeDecay") as scope:
-        lr = _rate(learning_rate, fn)
-        dt = lr.dtype
-        p = _as(global_step, dt, "global_step", fn) / _as(decay_steps, dt, "decay_steps", fn)
-        if staircase:
-            p = math_ops.floor(p)
-        denom = 1.0 + _as(decay_rate, dt, "decay_rate", fn) * p
-        return _named("RealDiv", lr, denom, scope)
+    return _decayed("inverse_time_decay", "InverseTimeDecay", learning_rate, global_step, decay_steps, decay_rate,
+                    staircase, name, lambda lr, rate, p: ("RealDiv", lr, 1.0 + rate * p))
 
 
 def polynomial_decay(learning_rate, global_step, decay_steps, end_learning_rate=0.0001, power=1.0, cycle=False,
