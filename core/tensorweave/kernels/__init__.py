@@ -12,7 +12,9 @@ registers the same kernels for its own type and the dtypes it holds
 
 from __future__ import annotations
 
-from tensorweave.framework import dtypes
+import numpy as np
+
+from tensorweave.framework import dtypes, errors
 
 # Every device type holds tensors of these dtypes (runtime.device.DeviceTensor says so).
 EVERY_DEVICE_DTYPES = ("bool", "float32", "float64", "int32", "int64")
@@ -26,3 +28,19 @@ def dtypes_to_register(device_type: str, held) -> list[str]:
     if device_type == "*":
         return names
     return [n for n in names if n not in EVERY_DEVICE_DTYPES]
+
+
+# Per-step resources (loop-gradient stacks, TensorArrays) live in ``StepContext.step_resources``
+# under a handle: a string in a scalar object tensor (never a Python object in a tensor).
+def step_resources(ctx, step) -> dict:
+    """The step's resource table, for the kernel of ``ctx``."""
+    res = getattr(step, "step_resources", None)
+    if res is None:
+        raise ctx.error(errors.FailedPreconditionError, "the executor gave this step no step_resources")
+    return res
+
+
+def handle_key(handle) -> str:
+    """The key a resource handle (a scalar bytes/str tensor) stands for."""
+    h = handle.item() if isinstance(handle, np.ndarray) else handle
+    return h.decode() if isinstance(h, bytes) else str(h)

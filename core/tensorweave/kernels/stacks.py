@@ -16,25 +16,14 @@ import itertools
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.kernels import handle_key, step_resources
 
 CPU = "CPU"
 
 
-def _resources(ctx, step):
-    res = getattr(step, "step_resources", None)
-    if res is None:
-        raise ctx.error(errors.FailedPreconditionError, "the executor gave this step no step_resources")
-    return res
-
-
-def _key(handle) -> str:
-    h = handle.item() if isinstance(handle, np.ndarray) else handle
-    return h.decode() if isinstance(h, bytes) else str(h)
-
-
 def _lookup(ctx, step, handle):
-    key = _key(handle)
-    stack = _resources(ctx, step).get(key)
+    key = handle_key(handle)
+    stack = step_resources(ctx, step).get(key)
     if stack is None:
         made_by = key[len("stack:"):].rpartition(":")[0] if key.startswith("stack:") else None
         where = f"its StackV2 '{made_by}'" if made_by else "its StackV2"
@@ -51,7 +40,7 @@ def _stack(ctx):
 
     def stack(step, max_size):
         key = f"stack:{name}:{next(counter)}"
-        _resources(ctx, step)[key] = []
+        step_resources(ctx, step)[key] = []
         return np.array(key.encode(), dtype=object)
     return stack
 
@@ -65,7 +54,7 @@ def _cached_lookup(ctx):
     def lookup(step, handle):
         h, key = last[0]
         if h is not handle:
-            key = _key(handle)
+            key = handle_key(handle)
             last[0] = (handle, key)
         res = getattr(step, "step_resources", None)
         stack = res.get(key) if res is not None else None
@@ -96,7 +85,7 @@ def _pop(ctx):
 
 def _close(ctx):
     def close(step, handle):
-        _resources(ctx, step).pop(_key(handle), None)
+        step_resources(ctx, step).pop(handle_key(handle), None)
     return close
 
 

@@ -28,7 +28,7 @@ import numpy as np
 
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.tensor_shape import TensorShape, as_shape
-from tensorweave.kernels import EVERY_DEVICE_DTYPES, dtypes_to_register
+from tensorweave.kernels import EVERY_DEVICE_DTYPES, dtypes_to_register, handle_key, step_resources
 
 _E = errors.InvalidArgumentError
 
@@ -56,21 +56,9 @@ class _TensorArray:
         self.fwd = None  # a gradient array's forward array (the shapes of its elements)
 
 
-def _resources(ctx, step):
-    res = getattr(step, "step_resources", None)
-    if res is None:
-        raise ctx.error(errors.FailedPreconditionError, "the executor gave this step no step_resources")
-    return res
-
-
-def _key(handle) -> str:
-    h = handle.item() if isinstance(handle, np.ndarray) else handle
-    return h.decode() if isinstance(h, bytes) else str(h)
-
-
 def _lookup(ctx, step, handle) -> _TensorArray:
-    key = _key(handle)
-    ta = _resources(ctx, step).get(key)
+    key = handle_key(handle)
+    ta = step_resources(ctx, step).get(key)
     if ta is None:
         raise ctx.error(errors.NotFoundError, f"TensorArray {key!r} does not exist in this step (closed, "
                                               "or created by another step)")
@@ -210,7 +198,7 @@ def _tensor_array(ctx):
         if n < 0:
             raise ctx.error(_E, f"the size of TensorArray {name!r} must be >= 0, got {n}")
         key = f"ta:{name}:{next(counter)}"
-        _resources(ctx, step)[key] = _TensorArray(key, dtype, n, a.get("dynamic_size", False),
+        step_resources(ctx, step)[key] = _TensorArray(key, dtype, n, a.get("dynamic_size", False),
                                                   a.get("clear_after_read", True), elem_shape,
                                                   a.get("identical_element_shapes", False))
         return np.array(key.encode(), dtype=object), flow
@@ -223,7 +211,7 @@ def _grad(ctx):
     def grad(step, handle, flow_in):
         fwd = _lookup(ctx, step, handle)
         key = f"{fwd.name}@{source}"
-        res = _resources(ctx, step)
+        res = step_resources(ctx, step)
         with fwd.lock:
             g = res.get(key)
             if g is None:
@@ -349,8 +337,8 @@ def _size_kernel(ctx):
 
 def _close_kernel(ctx):
     def close(step, handle):
-        key = _key(handle)
-        ta = _resources(ctx, step).get(key)
+        key = handle_key(handle)
+        ta = step_resources(ctx, step).get(key)
         if ta is not None:
             ta.closed = True
             ta.elements.clear()
