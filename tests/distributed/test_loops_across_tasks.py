@@ -201,8 +201,9 @@ def test_stack_op_that_cannot_find_its_stack_fails_the_step_at_once(cluster):
     with g.as_default():
         with tw.device(T0):
             stack = cfo._stack(tw.float32, name="made_on_task0")
-            # A Reshape is no handle edge: the placer cannot know that the pop needs the stack.
-            handle = tw.reshape(stack, [])
+            # Reshapes are no handle edge: the placer cannot know that the pop needs the stack.
+            # (Two of them: one to its own shape would be dropped by constant folding.)
+            handle = tw.reshape(tw.reshape(stack, [1]), [])
             never = tw.constant("stack:never_made:0")
         with tw.device(T1):
             flat_pop = cfo._stack_pop(never, tw.float32, name="flat_pop")

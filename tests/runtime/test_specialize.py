@@ -92,3 +92,68 @@ def test_a_feed_of_the_wrong_shape_is_still_refused_by_name():
     g, x, y, loss, *_ = _mlp(None)
     with tw.Session(graph=g) as sess, pytest.raises(tw.errors.InvalidArgumentError, match="x:0"):
         sess.run(loss, {x: np.zeros((3, 7), np.float32), y: np.zeros(3, np.int32)})
+
+
+# ----------------------------------------------------------------------------------------
+# plans with loops: shapes found around the back edge (a fixed point)
+def _rnn(batch):
+    g = tw.Graph()
+    with g.as_default():
+        tw.set_random_seed(4)
+        x = tw.placeholder(tw.float32, [batch, 6, 3], name="x")
+        cell = tw.nn.rnn_cell.MultiRNNCell([tw.nn.rnn_cell.BasicLSTMCell(5), tw.nn.rnn_cell.GRUCell(4)])
+        out, state = tw.nn.dynamic_rnn(cell, x, dtype=tw.float32)
+        loss = tw.reduce_sum(out * out) + tw.reduce_sum(state[1])
+        grads = tw.gradients(loss, [x, *tw.trainable_variables()])
+        init = tw.global_variables_initializer()
+    return g, x, [out, *grads], init
+
+
+def _loop_op_types(plan):
+    types = set()
+    for part in plan.partitions or [plan.partition]:
+        for n in (part.frame_info.nodes if part.frame_info else ()):
+            if n.op.type == "_FastLoop":
+                types |= {s[5].op.type for s in n.loop.steps if s[5] is not None and not isinstance(s[5], tuple)}
+    return types
+
+
+def test_a_none_batch_rnn_plan_folds_the_shape_work_inside_its_loops():
+    """dynamic_rnn and its gradient loop: with the batch fed, every shape in the loops is
+    known (the loop variables' through the fixed point, the gradient's stack pops through
+    their pushes), the shape chains fold and the reductions/reshapes they drove go: the
+    loops run the static-shape graph's kernels, with its results."""
+    xs = np.random.default_rng(1).standard_normal((7, 6, 3)).astype(np.float32)
+    results = {}
+    for batch in (None, 7):
+        g, x, fetches, init = _rnn(batch)
+        with tw.Session(graph=g) as sess:
+            sess.run(init)
+            results[batch] = sess.run(fetches, {x: xs})
+            if batch is None:
+                (generic,) = [p for p in sess._plans.values() if p._specialized]
+                (special,) = generic._specialized.values()
+                assert {"Shape", "BroadcastGradientArgs"} <= _loop_op_types(generic)
+                assert not {"Shape", "BroadcastGradientArgs", "Sum", "Reshape"} & _loop_op_types(special)
+    for a, b in zip(results[None], results[7]):
+        np.testing.assert_allclose(a, b, rtol=1e-6, atol=1e-7)
+
+
+def test_a_loop_variable_that_changes_shape_keeps_its_shape_computed():
+    """A vector that grows every iteration: the first pass's guess (its entry shape [2])
+    fails around the back edge, the fixed point says [None], and its Shape stays a node."""
+    g = tw.Graph()
+    with g.as_default():
+        x = tw.placeholder(tw.float32, [None], name="x")
+        _, v, n = tw.while_loop(lambda i, v, n: i < 3,
+                                lambda i, v, n: (i + 1, tw.concat([v, v[:1] * 2.0], 0), n + tw.size(v)),
+                                [0, x, 0], shape_invariants=[tw.TensorShape([]), tw.TensorShape([None]),
+                                                              tw.TensorShape([])])
+    with tw.Session(graph=g) as sess:
+        for _ in range(2):
+            got_v, got_n = sess.run([v, n], {x: np.array([1.0, 3.0], np.float32)})
+        (generic,) = [p for p in sess._plans.values() if p._specialized]
+        (special,) = generic._specialized.values()
+    np.testing.assert_array_equal(got_v, [1.0, 3.0, 2.0, 2.0, 2.0])
+    assert got_n == 2 + 3 + 4
+    assert "Size" in _loop_op_types(special)

@@ -886,7 +886,31 @@ def constant_value(t: Tensor) -> Any:
         if any(v is None for v in vals):
             return None
         return np.stack(vals, axis=op.get_attr("axis"))
+    if typ == "ConcatV2":
+        vals = [constant_value(x) for x in op.inputs]
+        if any(v is None for v in vals) or any(np.ndim(v) == 0 for v in vals[:-1]):
+            return None
+        return np.concatenate(vals[:-1], axis=int(vals[-1]))
+    if typ == "StridedSlice":
+        return _strided_slice_value(op)
     return None
+
+
+def _strided_slice_value(op):
+    """A StridedSlice of a known vector (``tw.shape(x)[0]``, ``tw.shape(x)[1:]``) with known
+    bounds; None for anything else (more dimensions, ellipsis or new-axis masks)."""
+    v, begin, end, strides = (constant_value(x) for x in op.inputs[:4])
+    if any(a is None for a in (v, begin, end, strides)) or np.ndim(v) != 1 or np.size(begin) != 1:
+        return None
+    if op.get_attr("ellipsis_mask") or op.get_attr("new_axis_mask"):
+        return None
+    b, e, st = int(np.reshape(begin, -1)[0]), int(np.reshape(end, -1)[0]), int(np.reshape(strides, -1)[0])
+    v = np.asarray(v)
+    if op.get_attr("shrink_axis_mask") & 1:
+        return v[b] if -len(v) <= b < len(v) else None
+    if st == 0:
+        return None
+    return v[None if op.get_attr("begin_mask") & 1 else b:None if op.get_attr("end_mask") & 1 else e:st]
 
 
 def constant_value_as_shape(t: Tensor) -> TensorShape:

@@ -210,7 +210,8 @@ def _top_k_grad(op, grad, _):
     in_shape = _shape_of(x)
     k = array_ops.shape(idx)[-1]
     n = array_ops.shape(x)[-1]
-    rows = array_ops.reshape(idx, array_ops.stack([-1, k]))
+    # the row count spelled out, not -1: with k = 0 there is nothing to infer it from
+    rows = array_ops.reshape(idx, array_ops.stack([math_ops.reduce_prod(array_ops.shape(idx)[:-1]), k]))
     starts = array_ops.range(0, array_ops.shape(rows)[0] * n, n, dtype=dtypes.int32)
     flat = array_ops.reshape(rows + array_ops.expand_dims(starts, 1), [-1, 1])
     total = array_ops.reshape(math_ops.reduce_prod(in_shape), [1])

@@ -15,6 +15,12 @@ Shape, Size and Rank of a tensor whose static shape is fully defined fold too, w
 their input (the shape is known without computing it): gradient graphs are full of them,
 and a plan specialised to the shapes fed (client/plan.py) has every shape it can.
 
+In plans with control flow, a folded value keeps its place in the frames: its Const waits
+(control inputs) for the ops whose shapes it read and for the control inputs of the
+constants it read (a constant inside a loop body waits for the loop's pivot). So it runs in
+the same frame and iteration as what it replaces, and is dead where that would be; inside a
+compiled loop (runtime/loops.py) such a constant is computed once per loop.
+
 Not folded: outputs over ``MAX_BYTES`` (10 MB), values whose dtype or shape is not what the
 graph declares, and fetched tensors themselves (a fetch still returns a fresh array each
 step; what consumes the fetched tensor still sees the constant). A fed tensor is not a
@@ -87,20 +93,30 @@ SHAPE_OPS = frozenset({"Shape", "Size", "Rank"})
 _VARIABLE_OPS = frozenset({"Variable", "VariableV2"})
 
 
-def fold_constants(nodes, kernels, host_device, resources=None, fed=(), fetched=(), shapes=True) -> dict:
+def fold_constants(nodes, kernels, host_device, resources=None, fed=(), fetched=(), shapes=True,
+                   anchors=None) -> dict:
     """{tensor: value} for the tensors of ``nodes`` that can be replaced by constants.
     ``shapes``: also the outputs of Shape/Size/Rank of tensors whose static shape is fully
-    defined (their inputs need not be constant); off in plans with control-flow frames,
-    where a constant would sit outside the frame its consumers run in."""
+    defined (their inputs need not be constant).
+
+    ``anchors`` (a dict, for plans with control-flow frames): filled with, per folded tensor,
+    the ops its value was computed after: the tensors whose shapes it read and the control
+    inputs of the constants it read (a constant inside a loop waits for the loop's pivot).
+    Its replacement then waits for them too, so it runs in their frame and iteration, and
+    is dead where they are, as the ops it replaces would be."""
     fed = set(fed)
     value: dict = {}
     out: dict = {}
+    frames = anchors is not None
+    anchor: dict = {}  # tensor -> frozenset of ops its value waits for (frames only)
     # Creation order: inputs come first (a loop's back edge only means less folding).
     for op in nodes:
         if op._op_def.name == "Const":
             t = op._outputs[0]
-            if not op._control_inputs and t not in fed:
+            if t not in fed and (not op._control_inputs or frames):
                 value[t] = op._attrs["value"]
+                if op._control_inputs:
+                    anchor[t] = frozenset(op._control_inputs)
             continue
         if shapes and op._op_def.name in SHAPE_OPS and not op._control_inputs:
             t = op._outputs[0]
@@ -108,6 +124,8 @@ def fold_constants(nodes, kernels, host_device, resources=None, fed=(), fetched=
             v = constant_value(t) if t not in fed and op._inputs[0].op.type not in _VARIABLE_OPS else None
             if v is not None:
                 value[t] = v
+                if frames and op._inputs[0] not in fed:  # a fed value is there from the start
+                    anchor[t] = frozenset((op._inputs[0].op,))
                 if t not in fetched:
                     out[t] = v
                 continue
@@ -128,10 +146,15 @@ def fold_constants(nodes, kernels, host_device, resources=None, fed=(), fetched=
         outs = [np.asarray(v) if isinstance(v, np.generic) else v for v in outs]
         if not all(_fits(t, v) for t, v in zip(op._outputs, outs)) or any(t in fed for t in op._outputs):
             continue
+        waits = frozenset().union(*(anchor.get(t, ()) for t in op._inputs)) if frames else None
         for t, v in zip(op._outputs, outs):
             value[t] = v
+            if waits:
+                anchor[t] = waits
             if t not in fetched:
                 out[t] = v
+    if frames:
+        anchors.update((t, anchor[t]) for t in out if t in anchor)
     return out
 
 
@@ -144,8 +167,10 @@ def constant_folding_pass(plan) -> None:
     if host is None:
         return
     frames = any(op._op_def.name in CONTROL_FLOW_OPS for op in plan.nodes)
+    anchors = {} if frames else None
     folded = fold_constants(plan.nodes, plan.kernels, host, plan.session._resources,
-                            plan.feeds, set(plan.fetches), shapes=not frames)
+                            plan.feeds, set(plan.fetches), anchors=anchors)
+    _drop_no_ops(plan, folded)
     if not folded:
         return
     # Only tensors something that stays still reads need a Const.
@@ -171,5 +196,36 @@ def constant_folding_pass(plan) -> None:
         name = f"{src.name}/folded" if len(src._outputs) == 1 else f"{src.name}/folded_{t.value_index}"
         const = plan_graph.add_node(plan, "Const", [], {"value": v, "dtype": t.dtype}, name=name,
                                     device=src._device, order=src._id + 0.5)
+        for w in sorted((anchors or {}).get(t, ()), key=lambda op: op._id):
+            const._add_control_input(w)
         replacements[t] = const._outputs[0]
     plan_graph.replace(plan, replacements)
+
+
+def _drop_no_ops(plan, folded) -> None:
+    """Reroute around the reductions and reshapes that folding showed to change nothing:
+    a Sum over no axes, a Reshape to the shape its input already has. Gradients of
+    broadcasting ops are full of both (``Sum(grad, BroadcastGradientArgs(...))`` then
+    ``Reshape(.., Shape(x))``) once the shapes fed tell that nothing was broadcast."""
+    fetched = set(plan.fetches)
+
+    def const(t):
+        if t in folded:
+            return folded[t]
+        return t.op._attrs["value"] if t.op._op_def.name == "Const" and t not in plan.feeds else None
+    tensors, ops = {}, {}
+    for op in plan.nodes:
+        name = op._op_def.name
+        if name not in ("Sum", "Reshape") or op._control_inputs or op._outputs[0] in fetched:
+            continue
+        x, arg = tensors.get(op._inputs[0], op._inputs[0]), const(op._inputs[1])
+        if arg is None or x.dtype is not op._outputs[0].dtype or x in plan.feeds:
+            continue
+        if name == "Sum":
+            same = np.size(arg) == 0
+        else:
+            same = x._shape.is_fully_defined() and list(np.reshape(arg, -1)) == list(x._shape.as_tuple())
+        if same:
+            tensors[op._outputs[0]] = x
+            ops[op] = x.op
+    plan_graph.replace(plan, tensors, ops)
