@@ -23,7 +23,8 @@ layout the partitioner cut the tables in, so the concatenated table read at the 
 indexed by word id (TF's default ``"mod"`` would train just as well but scatter each word's
 row to shard ``id % 2``).
 
-What it learns (the whole corpus, 12,000 steps of 256 pairs, a few minutes):
+What it learns (the whole corpus, 12,000 steps of 256 pairs: about 2 minutes with
+``--transport local``, about 10 over the local grpc cluster, whose steps cost about 50 ms):
 with ``nce`` "he" -> she, him, himself; "man" -> woman, person, girl, child; "good" -> bad;
 "said" -> told, replied, asked; "three" -> few, two; with ``sampled_softmax`` "man" ->
 woman, person; "good" -> bad; "said" -> told, replied; "three" -> few, two. Rarer probes
