@@ -94,7 +94,8 @@ class CompiledLoop:
         self.exit_srcs = exit_srcs       # slots holding the loop variables when it ends
         self.slot_node = slot_node       # output slot -> node, to name the node that failed
         self.own_slots = tuple({*enter_slots, *(s for _fn, s in inits), *(s[4] for s in steps if s[4] >= 0),
-                                *(d for s in steps if s[3] == K_NEXT for d in s[5][1])})
+                                *(d for s in steps if s[3] == K_NEXT for d in s[5][1]),
+                                *(o for s in steps if s[3] in (K_MULTI, K_GENERIC, K_LOOP) for o in s[5].outs)})
         self.device = device
         self.truth = None if to_host is None else (lambda v: bool(np.asarray(to_host(v))))
 
