@@ -53,7 +53,7 @@ from tensorweave.framework.kernel_registry import KernelContext, call_kernel_fac
 from tensorweave.framework.op_def import flat_input_is_ref
 from tensorweave.framework.tensor_shape import TensorShape
 from tensorweave.ops.fusion_ops import FUSABLE, FUSED, FusedExpression, Step
-from tensorweave.passes import plan_graph
+from tensorweave.passes import graph_option, plan_graph
 
 log = logging.getLogger(__name__)
 
@@ -71,13 +71,7 @@ _EXACT_FLOAT_INT = 2 ** 53
 
 def enabled(config) -> bool:
     """Whether fusion runs for a session with ``config`` (the environment variable wins)."""
-    env = os.environ.get(ENV_SWITCH, "").strip().lower()
-    if env in ("0", "false", "off", "no"):
-        return False
-    if env in ("1", "true", "on", "yes"):
-        return True
-    opts = getattr(config, "graph_options", None)
-    return bool(getattr(opts, "enable_elementwise_fusion", True)) if opts is not None else True
+    return graph_option(config, "enable_elementwise_fusion", ENV_SWITCH)
 
 
 # ---------------------------------------------------------------------------------------

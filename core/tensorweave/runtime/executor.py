@@ -35,6 +35,7 @@ from tensorweave.framework import errors
 from tensorweave.framework.kernel_registry import KernelContext, KernelDef, call_kernel_factory
 from tensorweave.framework.op_def import flat_input_is_ref
 from tensorweave.ops.control_flow_primitives import CONTROL_FLOW_OPS
+from tensorweave.passes import graph_option
 from tensorweave.runtime.frames import ROOT, FrameInfo, FrameState
 from tensorweave.runtime.rendezvous import make_key
 from tensorweave.runtime.step import (
@@ -852,15 +853,9 @@ class _DynamicState(StepState):
 
 
 def _loop_compilation(session) -> bool:
-    """Whether loops on one device are compiled (runtime/loops.py); the environment variable
-    wins over the session's GraphOptions (workers, which have no session config, compile)."""
-    env = os.environ.get("TENSORWEAVE_LOOP_COMPILATION", "").strip().lower()
-    if env in ("0", "false", "off", "no"):
-        return False
-    if env in ("1", "true", "on", "yes"):
-        return True
-    opts = getattr(getattr(session, "_config", None), "graph_options", None)
-    return bool(getattr(opts, "enable_loop_compilation", True)) if opts is not None else True
+    """Whether loops on one device are compiled (runtime/loops.py); workers, which have no
+    session config, compile."""
+    return graph_option(getattr(session, "_config", None), "enable_loop_compilation", "TENSORWEAVE_LOOP_COMPILATION")
 
 
 def _room_for_parallel_kernels(device) -> bool:
