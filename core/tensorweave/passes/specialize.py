@@ -48,15 +48,16 @@ def specialize_shapes(plan, shapes) -> None:
     order = plan_graph.topological(plan.nodes)
     merges = [op for op in order if op._op_def.name == "Merge"
               and any(t.op._op_def.name == "NextIteration" for t in op._inputs)]
+    stubs, pushes = set(getattr(plan, "stubs", ())), _pushes(order)
     if not merges:
-        _infer(order, fed, getattr(plan, "stubs", ()), {})
+        _infer(order, fed, stubs, set(), pushes, {})
         return
     generic = {t: t._shape for op in order for t in op._outputs}
     assumed: dict = {}  # loop Merge -> its output's shape in the pass (None: its Enter's)
     for _ in range(MAX_PASSES):
         for t, shape in generic.items():
             t._shape = shape
-        _infer(order, fed, getattr(plan, "stubs", ()), assumed)
+        _infer(order, fed, stubs, set(merges), pushes, assumed)
         changed = False
         for m in merges:
             out = m._outputs[0]
@@ -108,18 +109,16 @@ def _pushes(order) -> dict:
     return out
 
 
-def _infer(order, fed, stubs, assumed) -> None:
+def _infer(order, fed, stubs, loop_merges, pushes, assumed) -> None:
     """One pass of shape inference over ``order`` from the fed shapes; a loop Merge in
     ``assumed`` gets that shape, one not (yet) in it its Enter's (the first pass's guess).
     A StackPopV2 (a loop gradient reading the forward loop's history) gets the shape of
-    what its stack's pushes push, which come first."""
+    what its stack's pushes (``_pushes``) push, which come first."""
     for t, shape in fed.items():
         t._shape = shape
-    stubs = set(stubs)
-    pushes = _pushes(order)
     for op in order:
         name = op._op_def.name
-        if name == "Merge" and any(t.op._op_def.name == "NextIteration" for t in op._inputs):
+        if op in loop_merges:
             shape = assumed.get(op)
             if shape is None:
                 shape = _join([t._shape for t in op._inputs if t.op._op_def.name != "NextIteration"])
