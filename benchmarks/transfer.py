@@ -165,7 +165,6 @@ def bench_transport(name: str, mib: int, rounds: int) -> list[float]:
 
 def _null_step_cluster(name: str):
     import contextlib
-    import tempfile
 
     from tensorweave.distributed import cluster as cl
 
@@ -185,12 +184,8 @@ def _null_step_cluster(name: str):
             return
         from tensorweave.distributed import launcher
 
-        with tempfile.TemporaryDirectory(prefix="tw-null-step-") as directory:
-            path, _ = launcher.up(directory, workers=2, ps=1, transport=name, timeout=60.0)
-            try:
-                yield cl.load_config(path)
-            finally:
-                launcher.down(directory, grace=5.0)
+        with launcher.temporary(workers=2, ps=1, transport=name, prefix="tw-null-step-") as config:
+            yield config
     return cluster()
 
 

@@ -26,7 +26,6 @@ import argparse
 import contextlib
 import os
 import sys
-import tempfile
 import threading
 import time
 
@@ -62,12 +61,8 @@ def local_cluster(transport: str, workers: int = 2, ps: int = 1):
         return
     from tensorweave.distributed import launcher
 
-    with tempfile.TemporaryDirectory(prefix="tw-digits-cluster-") as directory:
-        path, _ = launcher.up(directory, workers=workers, ps=ps, transport=transport, timeout=60.0)
-        try:
-            yield cl.load_config(path)
-        finally:
-            launcher.down(directory, grace=5.0)
+    with launcher.temporary(workers=workers, ps=ps, transport=transport, prefix="tw-digits-cluster-") as config:
+        yield config
 
 
 def build(task: int, spec, mode: str, lr: float, replicas: int, seed: int):

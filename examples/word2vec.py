@@ -37,7 +37,6 @@ import argparse
 import collections
 import contextlib
 import sys
-import tempfile
 import time
 
 import numpy as np
@@ -157,15 +156,10 @@ def local_cluster(transport: str):
     if transport == "local":
         yield None
         return
-    from tensorweave.distributed import cluster as cl
     from tensorweave.distributed import launcher
 
-    with tempfile.TemporaryDirectory(prefix="tw-word2vec-cluster-") as directory:
-        path, _ = launcher.up(directory, workers=1, ps=2, transport=transport, timeout=60.0)
-        try:
-            yield cl.load_config(path)
-        finally:
-            launcher.down(directory, grace=5.0)
+    with launcher.temporary(workers=1, ps=2, transport=transport, prefix="tw-word2vec-cluster-") as config:
+        yield config
 
 
 def train(args) -> dict:

@@ -647,6 +647,19 @@ def _stop(tasks: list[dict], grace: float) -> list[tuple[dict, str]]:
     return [(t, outcome[id(t)]) for t in tasks]
 
 
+@contextlib.contextmanager
+def temporary(*, workers: int = 2, ps: int = 1, transport: str = "grpc", prefix: str = "tw-cluster-",
+              timeout: float = 60.0, grace: float = 5.0):
+    """A local cluster (``up``) in a fresh temporary directory for the ``with`` block: yields
+    its loaded config; stops the tasks and removes the directory when the block ends."""
+    with tempfile.TemporaryDirectory(prefix=prefix) as directory:
+        path, _ = up(directory, workers=workers, ps=ps, transport=transport, timeout=timeout)
+        try:
+            yield cl.load_config(path)
+        finally:
+            down(directory, grace=grace)
+
+
 def down(directory: str | None = None, grace: float = 10.0) -> list[tuple[dict, str]]:
     """Stop the cluster started from ``directory`` (None: the one ``up`` started without a
     directory); (task, "stopped" | "killed" | "had exited")."""
