@@ -34,8 +34,10 @@ def _process_transports():
 
 
 @pytest.fixture(scope="module", params=_process_transports())
-def cluster(request):
-    with LocalCluster({"ps": 1, "worker": 2}, request.param, health_check_interval=INTERVAL) as c:
+def cluster(request, tmp_path_factory):
+    # The tasks save checkpoints into the tests' tmp_path: allow it ([files] allow).
+    allow = {"files": {"allow": [str(tmp_path_factory.getbasetemp())]}}
+    with LocalCluster({"ps": 1, "worker": 2}, request.param, health_check_interval=INTERVAL, extra=allow) as c:
         yield c
 
 

@@ -63,7 +63,8 @@ def test_partitioned_embedding_on_two_ps_processes_matches_local(tmp_path):
     table, ids, targets = _data()
     want_losses, want_table = _local_trajectory(table, ids, targets)
 
-    with LocalCluster({"ps": 2, "worker": 1}, "grpc") as cluster:
+    # The tasks save the checkpoint into tmp_path: their config allows it ([files] allow).
+    with LocalCluster({"ps": 2, "worker": 1}, "grpc", extra={"files": {"allow": [str(tmp_path)]}}) as cluster:
         g = tw.Graph()
         with g.as_default():
             with tw.device(tw.train.replica_device_setter(ps_tasks=2, worker_device="/job:worker/task:0")):

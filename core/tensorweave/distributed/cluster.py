@@ -5,7 +5,9 @@ Owns:
 * ``ClusterSpec`` (``tw.train.ClusterSpec``, the TF1 API): jobs -> task index -> "host:port".
 * ``ClusterConfig``: a spec plus the transport for the whole cluster or per pair of jobs,
   TLS file paths, where the auth token comes from (never the token itself), the health-check
-  interval and timeouts, and optionally this process's own task.
+  interval and timeouts, the directories a task's ops may use files in for its clients
+  (``[files] allow``), what each task keeps for its clients at most (``[limits]``, read into
+  ``limits.Limits``), and optionally this process's own task.
 * Reading it: ``load_config(path)`` (TOML), ``config_from_env("TW_CONFIG")`` (JSON, like
   TensorFlow's ``TF_CONFIG``) and ``config_from_dict`` — one schema for all three, validated
   with ``InvalidArgumentError``s that name the file and the key.
@@ -33,6 +35,7 @@ except ModuleNotFoundError:  # Python 3.10: the tomli backport, a dependency the
     import tomli as tomllib
 
 from tensorweave import plugins
+from tensorweave.distributed.limits import Limits, limit_fields
 from tensorweave.distributed.transport import Security, get_transport
 from tensorweave.framework import errors
 
@@ -50,11 +53,12 @@ _TRANSPORT_NAME_RE = re.compile(r"^[A-Za-z][A-Za-z0-9_.-]*$")
 _ENV_NAME_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 
 _TOP_KEYS = ("cluster", "task", "transport", "transport_pairs", "tls", "auth",
-             "health_check_interval", "timeouts", "max_message_bytes")
+             "health_check_interval", "timeouts", "max_message_bytes", "files", "limits")
 _TLS_KEYS = ("cert", "key", "root", "server_name")
 _AUTH_KEYS = ("token_env", "token_file")
 _TIMEOUT_KEYS = ("connect", "request", "health_check")
 _TASK_KEYS = ("type", "index")
+_FILES_KEYS = ("allow",)
 
 
 def _bad(where: str, msg: str) -> errors.InvalidArgumentError:
@@ -260,6 +264,9 @@ class ClusterConfig:
     ``transport`` is the (control, tensors) transport names for every pair of jobs;
     ``transport_pairs`` maps a sorted (job_a, job_b) to the pair's own (control, tensors).
     ``task`` is this process's (job, index) when the source named it (``TW_CONFIG``).
+    ``files_allow``: the directories under which a task's ops may use files for its clients
+    (``[files] allow``; None: the directory each task was started in). ``limits``: what each
+    task keeps for its clients at most (``[limits]``, ``distributed.limits.Limits``).
     """
 
     spec: ClusterSpec
@@ -272,6 +279,8 @@ class ClusterConfig:
     timeouts: Timeouts = dataclasses.field(default_factory=Timeouts)
     max_message_bytes: int = DEFAULT_MAX_MESSAGE_BYTES
     task: tuple[str, int] | None = None
+    files_allow: tuple[str, ...] | None = None
+    limits: Limits = dataclasses.field(default_factory=Limits)
     source: str = dataclasses.field(default="<dict>", compare=False)
 
     @property
@@ -407,6 +416,12 @@ class ClusterConfig:
         t = {k: v for k, v in dataclasses.asdict(self.timeouts).items() if v is not None}
         out["timeouts"] = t
         out["max_message_bytes"] = self.max_message_bytes
+        if self.files_allow is not None:
+            out["files"] = {"allow": list(self.files_allow)}
+        changed = {k: v for k, v in dataclasses.asdict(self.limits).items()
+                   if v != getattr(Limits, k)}
+        if changed:
+            out["limits"] = changed
         if self.task is not None:
             out["task"] = {"type": self.task[0], "index": self.task[1]}
         return out
@@ -417,7 +432,7 @@ class ClusterConfig:
         lines = []
         for key in ("transport", "health_check_interval", "max_message_bytes"):
             lines.append(f"{key} = {_toml_value(d[key])}")
-        for table in ("cluster", "transport_pairs", "tls", "auth", "timeouts", "task"):
+        for table in ("cluster", "transport_pairs", "tls", "auth", "timeouts", "files", "limits", "task"):
             if table in d:
                 lines.append("")
                 lines.append(f"[{table}]")
@@ -479,7 +494,7 @@ def _parse_transport(value, where: str) -> tuple[str, str]:
 def _number(value, where: str, *, integer: bool = False) -> float | int:
     ok = isinstance(value, int) if integer else isinstance(value, (int, float))
     if isinstance(value, bool) or not ok:
-        raise _bad(where, f"expected a {'whole' if integer else ''} number, got {_type_name(value)} {value!r}")
+        raise _bad(where, f"expected a {'whole number' if integer else 'number'}, got {_type_name(value)} {value!r}")
     if not (math.isfinite(value) and value > 0):
         raise _bad(where, f"expected a positive number, got {value!r}")
     return value if integer else float(value)
@@ -574,6 +589,24 @@ def config_from_dict(obj: dict, *, source: str = "<dict>", base_dir: str | None 
     if "max_message_bytes" in obj:
         max_bytes = _number(obj["max_message_bytes"], f"{where}: max_message_bytes", integer=True)
 
+    files_allow = None
+    if "files" in obj:
+        fw = f"{where}: [files]"
+        f = _table(obj, "files", where)
+        _check_keys(f, _FILES_KEYS, fw)
+        allow = f.get("allow", [])
+        if not isinstance(allow, list):
+            raise _bad(f"{fw} allow", f"expected a list of directories, got {_type_name(allow)} {allow!r}")
+        files_allow = tuple(_path(d, f"{fw} allow[{i}]", base_dir) for i, d in enumerate(allow))
+
+    limits = Limits()
+    if "limits" in obj:
+        lw = f"{where}: [limits]"
+        t = _table(obj, "limits", where)
+        fields = limit_fields()
+        _check_keys(t, tuple(fields), lw)
+        limits = Limits(**{k: _number(v, f"{lw} {k}", integer=fields[k] is int) for k, v in t.items()})
+
     task = None
     if "task" in obj:
         kw = f"{where}: task"
@@ -592,7 +625,8 @@ def config_from_dict(obj: dict, *, source: str = "<dict>", base_dir: str | None 
 
     return ClusterConfig(spec=spec, transport=transport, transport_pairs=pairs, tls=tls, token_env=token_env,
                          token_file=token_file, health_check_interval=interval, timeouts=timeouts,
-                         max_message_bytes=max_bytes, task=task, source=source)
+                         max_message_bytes=max_bytes, task=task, files_allow=files_allow, limits=limits,
+                         source=source)
 
 
 def load_config(path) -> ClusterConfig:

@@ -19,12 +19,21 @@ from tensorweave.distributed.master_service import MasterService
 from tensorweave.distributed.transport import Security, get_transport
 from tensorweave.distributed.worker import Limits, Worker
 from tensorweave.framework import errors
+from tensorweave.runtime.file_access import FileAccess
+
+
+def _file_access(config) -> FileAccess:
+    """The config's ``[files] allow`` directories, else this process's working directory."""
+    allow = getattr(config, "files_allow", None)
+    return FileAccess.working_directory() if allow is None else FileAccess(allow)
 
 
 class Server:
     """One task of a cluster. ``cluster``: a ClusterConfig, ClusterSpec or {job: [addresses]}.
-    ``limits``: what the task keeps for its clients at most (``worker.Limits``: steps, graphs,
-    master-service sessions and how long unused ones live)."""
+    ``limits``: what the task keeps for its clients at most (``limits.Limits``: steps, graphs,
+    master-service sessions and how long unused ones live; default: the config's ``[limits]``).
+    Clients' ops use files only under the config's ``[files] allow`` directories (default: the
+    directory this process was started in; runtime/file_access.py)."""
 
     def __init__(self, cluster, job_name: str, task_index: int = 0, transport: str | None = None,
                  config=None, start: bool = True, security: Security | None = None,
@@ -57,7 +66,8 @@ class Server:
                              max_message_bytes=self._security.max_message_bytes,
                              drop_channel=self._drop_channel,
                              transport_for=lambda job: self._transports_for(self.job_name, job)[1],
-                             limits=limits)
+                             limits=limits or getattr(self._config, "limits", None),
+                             file_access=_file_access(self._config))
         self.worker.cluster = {j: {str(t): a for (jj, t), a in self._cluster.items() if jj == j}
                                for j in {j for j, _ in self._cluster}}
         self._server = None

@@ -31,7 +31,6 @@ process's wall clock) together with when the request was taken up and the reply 
 from __future__ import annotations
 
 import collections
-import dataclasses
 import itertools
 import threading
 import time
@@ -41,6 +40,7 @@ import numpy as np
 
 from tensorweave import plugins
 from tensorweave.distributed import wire
+from tensorweave.distributed.limits import RECV_TIMEOUT, Limits
 from tensorweave.distributed.transport import ServiceDispatcher, guarded
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.device_spec import DeviceSpec
@@ -52,30 +52,9 @@ from tensorweave.runtime.config import ConfigProto
 from tensorweave.runtime.containers import SessionResources
 from tensorweave.runtime.device import Allocator, Device, create_local_devices
 from tensorweave.runtime.executor import CompiledPartition
+from tensorweave.runtime.file_access import FileAccess
 from tensorweave.runtime.rendezvous import LocalRendezvous, aborted
 from tensorweave.runtime.step import DEAD, StepContext, StepStatsCollector
-
-# How long a RecvTensor waits for its value before giving up (a step's own timeout or an
-# abort normally ends the wait much earlier).
-RECV_TIMEOUT = 600.0
-
-
-@dataclasses.dataclass
-class Limits:
-    """What one task keeps for its clients, at most (docs/distributed.md, "Limits and
-    hardening"). Every table is bounded: past a bound, entries nothing uses any more give way,
-    and when none does the request is refused with ``ResourceExhaustedError`` naming the
-    limit — a client that floods a task cannot grow its memory, threads or CPU without bound.
-    """
-
-    max_steps: int = 4096              # steps with state on this worker at once
-    max_ended_steps: int = 4096        # steps remembered as ended or aborted (late requests fail at once)
-    step_idle_seconds: float = RECV_TIMEOUT  # a step nothing touched this long is forgotten
-    max_graphs: int = 1024             # registered graphs (RegisterGraph without DeregisterGraph)
-    max_graph_bytes: int = 4 << 30     # their RegisterGraph messages, together
-    graph_idle_seconds: float = 600.0  # a graph not run this long gives way to a new one when full
-    max_sessions: int = 256            # master-service sessions (CreateSession without CloseSession)
-    session_idle_seconds: float = 600.0  # a master-service session unused this long is closed
 
 
 def task_prefix(job: str, task: int) -> str:
@@ -174,13 +153,15 @@ class Worker:
 
     def __init__(self, job: str, task: int, channel_for=None, config=None, devices=None,
                  max_message_bytes: int | None = None, drop_channel=None, transport_for=None,
-                 limits: Limits | None = None):
+                 limits: Limits | None = None, file_access: FileAccess | None = None):
 
         self.job, self.task = job, int(task)
         self.prefix = task_prefix(job, self.task)
         self.devices = devices or create_local_devices(config or ConfigProto(), name_prefix=self.prefix)
         self._by_name = {d.name: d for d in self.devices}
         self.resources = SessionResources(f"worker {self.prefix}")
+        # Clients' ops use files only under the allowed directories (runtime/file_access.py).
+        self.resources.file_access = file_access or FileAccess.working_directory()
         self.kernel_cache: dict = {}
         self.channel_for = channel_for
         self.drop_channel = drop_channel  # (job, task, channel): forget a channel that failed

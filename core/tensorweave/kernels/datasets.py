@@ -16,6 +16,7 @@ from tensorweave.framework import dtypes as dtypes_mod
 from tensorweave.framework import errors
 from tensorweave.framework.tensor_shape import TensorShape
 from tensorweave.runtime import datasets as ds
+from tensorweave.runtime import file_access
 from tensorweave.runtime.functions import Function
 
 CPU = "CPU"
@@ -48,6 +49,15 @@ def _source(make):
         def compute(*inputs):
             return ds.wrap(make(name, types, shapes, *inputs))
         return compute
+    return factory
+
+
+def _file_source(make):
+    """``_source`` for the datasets that read files: ``make(name, access, *inputs)`` gets the
+    session's ``FileAccess`` (a worker only lets clients read the directories it allows)."""
+    def factory(ctx):
+        access = file_access.of(ctx.resources)
+        return _source(lambda name, _types, _shapes, *inputs: make(name, access, *inputs))(ctx)
     return factory
 
 
@@ -257,13 +267,13 @@ def register_kernels(reg):
         lambda name, types, shapes, *comps: ds.TensorSliceDataset(name, comps, types, shapes)))
     reg.register("RangeDataset", CPU, factory=_source(
         lambda name, types, shapes, start, stop, step: ds.RangeDataset(name, start, stop, step)))
-    reg.register("TextLineDataset", CPU, factory=_source(
-        lambda name, types, shapes, files, compression, _buf: ds.TextLineDataset(name, files, compression)))
-    reg.register("TFRecordDataset", CPU, factory=_source(
-        lambda name, types, shapes, files, compression, _buf: ds.TFRecordDataset(name, files, compression)))
-    reg.register("FixedLengthRecordDataset", CPU, factory=_source(
-        lambda name, types, shapes, files, header, record, footer, _buf:
-        ds.FixedLengthRecordDataset(name, files, header, record, footer)))
+    reg.register("TextLineDataset", CPU, factory=_file_source(
+        lambda name, access, files, compression, _buf: ds.TextLineDataset(name, files, compression, access)))
+    reg.register("TFRecordDataset", CPU, factory=_file_source(
+        lambda name, access, files, compression, _buf: ds.TFRecordDataset(name, files, compression, access)))
+    reg.register("FixedLengthRecordDataset", CPU, factory=_file_source(
+        lambda name, access, files, header, record, footer, _buf:
+        ds.FixedLengthRecordDataset(name, files, header, record, footer, access)))
     reg.register("GeneratorDataset", CPU, factory=_generator)
     reg.register("ZipDataset", CPU, factory=_zip)
     reg.register("ConcatenateDataset", CPU, factory=_concatenate)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
-from tensorweave.runtime import queues, readers
+from tensorweave.runtime import file_access, queues, readers
 
 CPU = "CPU"
 _E = errors.InvalidArgumentError
@@ -31,8 +31,12 @@ def _reader_kernel(make):
         handle = readers.make_handle(container, name)
         attrs = dict(ctx.attrs)
 
+        files = file_access.of(ctx.resources)
+
         def create():
-            return make(name, attrs)
+            reader = make(name, attrs)
+            reader.files = files
+            return reader
 
         def reader_op():
             readers.lookup_or_create(ctx.resources, container, name, create)

@@ -15,6 +15,7 @@ import numpy as np
 
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.tensor_shape import TensorShape
+from tensorweave.runtime import file_access
 
 
 class VariableStore:
@@ -130,6 +131,9 @@ class SessionResources:
     def __init__(self, session_label: str):
         self.local = ResourceManager(session_label)
         self.shared = _process_resources
+        # Which files this session's ops may use (runtime/file_access.py): any, unless a
+        # worker serving remote clients restricts it.
+        self.file_access = file_access.UNRESTRICTED
 
     def manager_for(self, container: str) -> ResourceManager:
         return self.local if not container else self.shared

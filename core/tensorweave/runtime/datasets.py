@@ -46,7 +46,7 @@ import numpy as np
 from tensorweave.framework import dtypes as dtypes_mod
 from tensorweave.framework import errors, record_io, tensor_codec
 from tensorweave.framework.tensor_shape import TensorShape
-from tensorweave.runtime import handles
+from tensorweave.runtime import file_access, handles
 
 __all__ = ["Dataset", "DatasetIterator", "IteratorResource", "Env", "wrap", "unwrap",
            "register_generator", "make_handle", "lookup", "lookup_or_create"]
@@ -320,9 +320,10 @@ def _open(path: str, compression: str, what: str):
 class _FileDataset(Dataset):
     """Records from a list of files, one file after the other."""
 
-    def __init__(self, name, filenames, dtypes=(dtypes_mod.string,), shapes=((),)):
+    def __init__(self, name, filenames, dtypes=(dtypes_mod.string,), shapes=((),), files=file_access.UNRESTRICTED):
         super().__init__(name, dtypes, shapes)
-        self.filenames = [os.fsdecode(f) for f in _strings(filenames, self.describe())]
+        # Checked here, before any is opened: the session's file access (a worker's is limited).
+        self.filenames = [files.check(f, self.describe()) for f in _strings(filenames, self.describe())]
 
     def _records(self, path):
         raise NotImplementedError
@@ -340,8 +341,8 @@ class _FileDataset(Dataset):
 class TextLineDataset(_FileDataset):
     kind = "TextLineDataset"
 
-    def __init__(self, name, filenames, compression_type):
-        super().__init__(name, filenames)
+    def __init__(self, name, filenames, compression_type, files=file_access.UNRESTRICTED):
+        super().__init__(name, filenames, files=files)
         self.compression = _scalar(compression_type) or b""
 
     def _records(self, path):
@@ -373,8 +374,8 @@ class TextLineDataset(_FileDataset):
 class TFRecordDataset(_FileDataset):
     kind = "TFRecordDataset"
 
-    def __init__(self, name, filenames, compression_type):
-        super().__init__(name, filenames)
+    def __init__(self, name, filenames, compression_type, files=file_access.UNRESTRICTED):
+        super().__init__(name, filenames, files=files)
         self.compression = _scalar(compression_type) or b""
         if isinstance(self.compression, bytes):
             self.compression = self.compression.decode()
@@ -400,8 +401,8 @@ class TFRecordDataset(_FileDataset):
 class FixedLengthRecordDataset(_FileDataset):
     kind = "FixedLengthRecordDataset"
 
-    def __init__(self, name, filenames, header_bytes, record_bytes, footer_bytes):
-        super().__init__(name, filenames)
+    def __init__(self, name, filenames, header_bytes, record_bytes, footer_bytes, files=file_access.UNRESTRICTED):
+        super().__init__(name, filenames, files=files)
         what = self.describe()
         self.header = _int(header_bytes, what, "header_bytes")
         self.record = _int(record_bytes, what, "record_bytes")

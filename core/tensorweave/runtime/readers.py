@@ -29,7 +29,7 @@ import zlib
 import numpy as np
 
 from tensorweave.framework import errors, record_io
-from tensorweave.runtime import handles
+from tensorweave.runtime import file_access, handles
 
 __all__ = ["Reader", "WholeFileReader", "TextLineReader", "FixedLengthRecordReader", "TFRecordReader",
            "make_handle", "parse_handle", "lookup", "lookup_or_create"]
@@ -98,6 +98,8 @@ class Reader:
         self._pushback: collections.deque = collections.deque()
         self._produced = 0
         self._completed = 0
+        # Which files it may open: set from the session that made it (a worker's are limited).
+        self.files = file_access.UNRESTRICTED
 
     # -- settings --------------------------------------------------------------------------
     def spec(self) -> dict:
@@ -128,6 +130,9 @@ class Reader:
 
     def _end(self) -> None:
         """Release the current file."""
+
+    def _open_input(self, filename: bytes):
+        return _open(self.files.check(filename, self.describe()))
 
     # -- serving reads ---------------------------------------------------------------------
     def read_async(self, step, queue, done, num_records: int | None = None) -> None:
@@ -319,7 +324,7 @@ class WholeFileReader(Reader):
         self._contents = None
 
     def _begin(self, filename):
-        with _open(os.fsdecode(filename)) as f:
+        with self._open_input(filename) as f:
             self._contents = f.read()
 
     def _next(self):
@@ -346,7 +351,7 @@ class TextLineReader(Reader):
         return {"skip_header_lines": self.skip_header_lines}
 
     def _begin(self, filename):
-        self._f = _open(os.fsdecode(filename))
+        self._f = self._open_input(filename)
         self._line = 0
         for _ in range(self.skip_header_lines):
             if not self._f.readline():
@@ -391,8 +396,7 @@ class FixedLengthRecordReader(Reader):
                 "footer_bytes": self.footer_bytes, "hop_bytes": self.hop_bytes, "encoding": self.encoding}
 
     def _begin(self, filename):
-        path = os.fsdecode(filename)
-        raw = _open(path)
+        raw = self._open_input(filename)
         if self.encoding == "GZIP":
             self._f = gzip.GzipFile(fileobj=raw, mode="rb")
         elif self.encoding == "ZLIB":
@@ -400,7 +404,7 @@ class FixedLengthRecordReader(Reader):
         else:
             self._f = raw
         self._raw = raw
-        self._path = path
+        self._path = os.fsdecode(filename)
         self._buf = b""
         # Start of the next record in _buf (consumed bytes are dropped on refill); it may lie
         # beyond the buffer (the header, a hop longer than a record): _fill skips to it.
@@ -464,7 +468,7 @@ class TFRecordReader(Reader):
         return {"compression_type": self.compression_type}
 
     def _begin(self, filename):
-        self._rr = record_io.RecordReader(os.fsdecode(filename), self.compression_type)
+        self._rr = record_io.RecordReader(self.files.check(filename, self.describe()), self.compression_type)
 
     def _next(self):
         offset = self._rr.offset

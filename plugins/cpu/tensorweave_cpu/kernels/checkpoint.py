@@ -19,6 +19,7 @@ import numpy as np
 
 from tensorweave.framework import errors
 from tensorweave.ops.checkpoint_ops import parse_slice_spec
+from tensorweave.runtime import file_access
 from tensorweave.train import checkpoint_format as fmt
 
 CPU = "CPU"
@@ -44,7 +45,13 @@ def _args(ctx, prefix, names, slices, n):
             specs.append(parse_slice_spec(s, f"tensor '{name}' has shape_and_slices"))
         except errors.InvalidArgumentError as e:
             raise ctx.error(errors.InvalidArgumentError, e.message) from None
-    return _string(prefix.item()), names, specs
+    path = _string(prefix.item())
+    # The checkpoint's files are the prefix's siblings (<prefix>.index, <prefix>.data-*).
+    files = file_access.of(ctx.resources)
+    what = f"{ctx.op.type} node '{ctx.op.name}' on {ctx.device.name}"
+    for p in (path, path + ".index"):
+        files.check(p, what, write=ctx.op.type.startswith("Save"))
+    return path, names, specs
 
 
 def _group_slices(names, specs, tensors, dts):

@@ -6,12 +6,12 @@ Strings are 0-d or n-d object arrays of ``bytes``.
 
 from __future__ import annotations
 
-import glob
 import os
 
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.runtime import file_access
 
 CPU = "CPU"
 _E = errors.InvalidArgumentError
@@ -30,9 +30,15 @@ def _str_array(values, shape=None) -> np.ndarray:
 
 # ---------------------------------------------------------------------------------------
 # files
+def _what(ctx) -> str:
+    return f"{ctx.op.type} node '{ctx.op.name}' on {ctx.device.name}"
+
+
 def _read_file(ctx):
+    files = file_access.of(ctx.resources)
+
     def read_file(filename):
-        path = os.fsdecode(_bytes_of(filename))
+        path = files.check(_bytes_of(filename), _what(ctx))
         try:
             with open(path, "rb") as f:
                 return np.array(f.read(), dtype=object)
@@ -46,8 +52,10 @@ def _read_file(ctx):
 
 
 def _write_file(ctx):
+    files = file_access.of(ctx.resources)
+
     def write_file(filename, contents):
-        path = os.fsdecode(_bytes_of(filename))
+        path = files.check(_bytes_of(filename), _what(ctx), write=True)
         data = _bytes_of(contents)
         try:
             parent = os.path.dirname(path)
@@ -63,10 +71,12 @@ def _write_file(ctx):
 
 
 def _matching_files(ctx):
+    files = file_access.of(ctx.resources)
+
     def matching_files(pattern):
         names = set()
         for p in np.asarray(pattern).ravel():
-            names.update(glob.glob(os.fsdecode(_bytes_of(p))))
+            names.update(files.glob(_bytes_of(p), _what(ctx)))
         return _str_array([os.fsencode(n) for n in sorted(names)])
     return matching_files
 
