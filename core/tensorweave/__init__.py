@@ -34,6 +34,7 @@ from tensorweave.framework.indexed_slices import IndexedSlices, IndexedSlicesVal
 from tensorweave.framework.tensor_shape import TensorShape
 from tensorweave import distributed, layers, python_io, summary, train  # distributed: the sessions for cluster targets
 from tensorweave import data  # tf.data (docs/data.md)
+from tensorweave import distribute  # tf.distribute.cluster_resolver: Slurm, Kubernetes, TF_CONFIG (docs/distributed.md)
 from tensorweave import app, contrib, flags, gfile, logging, losses, test  # TF1's platform APIs (docs/tf1.md)
 from tensorweave import estimator, feature_column, metrics  # tf.estimator, tf.feature_column, tf.metrics (docs/estimator.md)
 from tensorweave.ops import nn

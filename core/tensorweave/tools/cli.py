@@ -8,8 +8,15 @@
 ``tensorweave worker --config cluster.toml --job worker --task 0``
                           serve one task of a cluster until SIGTERM/SIGINT (the task can also
                           come from ``$TW_CONFIG``); prints one ready line with its address
+``tensorweave worker --resolver slurm|kubernetes|tf_config [--jobs ps=1,worker=2] [--port-base N]``
+                          serve the task a cluster manager started: the cluster and this task come
+                          from the environment (srun's SLURM_* variables, the pod's name and
+                          namespace, $TW_CONFIG/$TF_CONFIG; distributed/resolvers.py)
 ``tensorweave cluster up|down|status``
                           a local cluster: one worker process per task (distributed/launcher.py)
+``tensorweave cluster manifest --kubernetes --config cluster.toml|--jobs ps=1,worker=2 [--image IMG] [--out FILE]``
+                          Kubernetes YAML: per job a headless Service and a StatefulSet whose pods
+                          run ``tensorweave worker --resolver kubernetes`` (distributed/manifests.py)
 ``tensorweave trace SCRIPT.py [ARGS] --out DIR``
                           run a Python script with every Session.run traced; each step's Chrome
                           trace goes to DIR/step_<n>.json (open it in Perfetto's UI)
@@ -44,7 +51,7 @@ import tensorweave
 from tensorweave import plugins
 from tensorweave.client.session import TRACE_DIR_ENV
 from tensorweave.distributed import cluster as cl
-from tensorweave.distributed import launcher
+from tensorweave.distributed import launcher, manifests, resolvers
 from tensorweave.distributed.launcher import default_dir
 from tensorweave.distributed.server import Server
 from tensorweave.framework import errors
@@ -353,9 +360,36 @@ def cmd_doctor(args) -> int:
 
 # ---------------------------------------------------------------------------------------------
 # worker and cluster
+def _resolver_config(args):
+    """The config of ``worker --resolver NAME``: the cluster and task the resolver finds."""
+    if args.config or args.job is not None or args.task is not None:
+        raise errors.InvalidArgumentError(
+            f"--resolver {args.resolver} finds the cluster and this task; leave out --config, --job and --task")
+    resolver = resolvers.resolver_from_name(args.resolver, jobs=args.jobs, port_base=args.port_base,
+                                            rpc_layer=args.transport)
+    transport = None
+    if args.tensors_transport:
+        transport = {"control": args.transport or resolver.rpc_layer or cl.DEFAULT_TRANSPORT,
+                     "tensors": args.tensors_transport}
+    settings = {"auth": {"token_env": args.token_env}} if args.token_env else {}
+    config = resolvers.config_from_resolver(resolver, transport, **settings)
+    if config.task is None:
+        raise errors.NotFoundError(
+            f"the {args.resolver} resolver found the cluster but not this process's task "
+            "(give the task in $TF_CONFIG/$TW_CONFIG: \"task\": {\"type\": ..., \"index\": ...})")
+    return config
+
+
 def cmd_worker(args) -> int:
     try:
-        config = cl.load_config(args.config) if args.config else cl.config_from_env()
+        if args.resolver:
+            config = _resolver_config(args)
+        elif any(v is not None for v in (args.jobs, args.port_base, args.transport, args.tensors_transport,
+                                         args.token_env)):
+            _err("--jobs, --port-base, --transport, --tensors-transport and --token-env go with --resolver")
+            return 2
+        else:
+            config = cl.load_config(args.config) if args.config else cl.config_from_env()
         job = args.job if args.job is not None else (config.task[0] if config.task else None)
         task = args.task if args.task is not None else (config.task[1] if config.task else 0)
         if job is None:
@@ -446,6 +480,40 @@ def cmd_cluster_status(args) -> int:
     return 0 if all(r["alive"] for r in rows) else 1
 
 
+def cmd_cluster_manifest(args) -> int:
+    if not args.kubernetes:
+        _err("say which cluster manager: --kubernetes (the only one so far)")
+        return 2
+    kwargs = {"name": args.name, "image": args.image, "namespace": args.namespace, "port": args.port,
+              "cluster_domain": args.cluster_domain}
+    if args.transport or args.tensors_transport:
+        control = args.transport or cl.DEFAULT_TRANSPORT
+        kwargs["transport"] = (control, args.tensors_transport or control)
+    if args.token_env:
+        kwargs["token_env"] = args.token_env
+    try:
+        if args.config:
+            objects = manifests.manifests_from_config(cl.load_config(args.config), **kwargs)
+        else:
+            objects = manifests.kubernetes_manifests(args.jobs, **kwargs)
+    except errors.OpError as e:
+        _err(str(e))
+        return 2
+    text = manifests.to_yaml(objects)
+    if args.out:
+        try:
+            with open(args.out, "w") as f:
+                f.write(text)
+        except OSError as e:
+            _err(f"cannot write {args.out}: {e.strerror or e}")
+            return 1
+        print(f"wrote {len(objects)} objects ({', '.join(o['kind'] + ' ' + o['metadata']['name'] for o in objects)}) "
+              f"to {args.out}", file=sys.stderr)
+    else:
+        sys.stdout.write(text)
+    return 0
+
+
 def cmd_trace(args) -> int:
     """Run a script in this process with ``TENSORWEAVE_TRACE_DIR`` set: every Session it
     makes traces every run and writes its Chrome trace there (client/session.py)."""
@@ -515,6 +583,18 @@ def _parser() -> argparse.ArgumentParser:
     sp.add_argument("--config", help="cluster config (TOML); default: the JSON in $TW_CONFIG")
     sp.add_argument("--job", help="this task's job (default: the task in $TW_CONFIG)")
     sp.add_argument("--task", type=int, help="this task's index in its job (default 0)")
+    rs = sp.add_argument_group("cluster managers", "find the cluster and this task from the environment "
+                               "(docs/distributed.md, \"Cluster managers\")")
+    rs.add_argument("--resolver", choices=sorted(resolvers.RESOLVERS),
+                    help="slurm: a task of an srun job step; kubernetes: a pod of a StatefulSet (the naming of "
+                         "`cluster manifest --kubernetes`); tf_config: $TW_CONFIG, else $TF_CONFIG")
+    rs.add_argument("--jobs", help="slurm, kubernetes: jobs and their numbers of tasks, e.g. ps=1,worker=2 "
+                                   "(default: slurm: every task a worker; kubernetes: $TW_K8S_JOBS)")
+    rs.add_argument("--port-base", type=int, help="slurm: the first port on each node (default 8888); "
+                                                  "kubernetes: every pod's port (default 2222)")
+    rs.add_argument("--transport", help="the cluster's transport (default: the resolver's, grpc)")
+    rs.add_argument("--tensors-transport", help="a different transport for tensors (e.g. ucx)")
+    rs.add_argument("--token-env", metavar="VAR", help="require the auth token in environment variable VAR")
     sp.set_defaults(func=cmd_worker)
 
     sp = sub.add_parser("cluster", help="a local cluster: one worker process per task (up, down, status)")
@@ -542,6 +622,29 @@ def _parser() -> argparse.ArgumentParser:
     st = csub.add_parser("status", help="list the tasks and whether each is alive and listening")
     st.add_argument("--dir", help=dir_help)
     st.set_defaults(func=cmd_cluster_status)
+    mf = csub.add_parser("manifest", help="write Kubernetes manifests: a StatefulSet and a headless Service per job",
+                         description="Kubernetes manifests for a cluster: per job a headless Service and a "
+                                     "StatefulSet whose pods run `tensorweave worker --resolver kubernetes`. "
+                                     "Apply with `kubectl apply -f FILE`.")
+    mf.add_argument("--kubernetes", action="store_true", help="Kubernetes manifests (the only kind so far)")
+    src = mf.add_mutually_exclusive_group(required=True)
+    src.add_argument("--config", help="a cluster config (TOML): its jobs (replicas = tasks), transport and "
+                                      "[auth] token_env; its addresses are replaced by the pods' DNS names")
+    src.add_argument("--jobs", help="jobs and their replicas, e.g. ps=1,worker=2")
+    mf.add_argument("--name", default=manifests.DEFAULT_NAME,
+                    help=f"prefix of every object: <name>-<job> (default {manifests.DEFAULT_NAME})")
+    mf.add_argument("--image", default=manifests.DEFAULT_IMAGE,
+                    help=f"container image with tensorweave and its plugins (default {manifests.DEFAULT_IMAGE})")
+    mf.add_argument("--namespace", help="namespace of the objects (default: kubectl's)")
+    mf.add_argument("--port", type=int, default=resolvers.K8S_DEFAULT_PORT,
+                    help=f"every task's port (default {resolvers.K8S_DEFAULT_PORT})")
+    mf.add_argument("--transport", help="transport (default: the config's, else grpc)")
+    mf.add_argument("--tensors-transport", help="a different transport for tensors (e.g. ucx)")
+    mf.add_argument("--token-env", metavar="VAR", help="tasks require the token in VAR, filled from the Secret "
+                                                       "<name>-auth (key: token); default: the config's token_env")
+    mf.add_argument("--cluster-domain", help="the cluster's DNS domain (default cluster.local)")
+    mf.add_argument("--out", help="write the YAML to this file (default: standard output)")
+    mf.set_defaults(func=cmd_cluster_manifest)
 
     sp = sub.add_parser("trace", help="run a Python script with every Session.run traced to Chrome trace files",
                         usage="tensorweave trace SCRIPT.py [ARGS ...] --out DIR")
