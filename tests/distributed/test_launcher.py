@@ -285,9 +285,11 @@ def test_up_status_down(launch):
 def test_split_transport_and_stale_pid_file(launch):
     launcher.write_pids(launch.dir, {"config": "old", "tasks": [
         {"job": "worker", "task": 0, "pid": 2 ** 22 + 7, "address": "h:1", "start_time": None}]})
-    path, tasks = launch.up(workers=1, ps=0, tensors_transport="fake_net2")
+    path, tasks = launch.up(workers=1, ps=0, tensors_transport="fake_net2", files_allow=["data", "/srv/ckpt"])
     assert [t["job"] for t in tasks] == ["worker"]
-    assert cl.load_config(path).transport_for("worker", "worker") == ("fake_net", "fake_net2")
+    cfg = cl.load_config(path)
+    assert cfg.transport_for("worker", "worker") == ("fake_net", "fake_net2")
+    assert cfg.files_allow == (os.path.abspath("data"), "/srv/ckpt")  # --allow-files
     assert launcher.down(launch.dir)[0][1] == "stopped"
 
 

@@ -534,14 +534,17 @@ def _tail(path: str, lines: int = 15) -> str:
 def up(directory: str | None = None, *, workers: int = 2, ps: int = 1, transport: str = "grpc",
        tensors_transport: str | None = None, host: str = "127.0.0.1", base_port: int | None = None,
        timeout: float = 60.0, worker_argv: list[str] | None = None, env: dict | None = None,
-       token: bool | str = True, tls: bool = False) -> tuple[str, list]:
+       token: bool | str = True, tls: bool = False, files_allow=None) -> tuple[str, list]:
     """Start a local cluster; return (config path, task records) once every task is ready.
 
     ``directory`` None: a new private one (``new_default_dir``). ``token``: True (the
     default) writes a random token to ``DIR/token`` and names it in the config's ``[auth]``;
     a string is that token; False turns auth off. ``tls``: make a self-signed certificate for
     ``host`` (``DIR/tls/``) and serve with TLS. ``worker_argv`` is the command a task runs
-    before ``--config/--job/--task`` (default ``python -m tensorweave worker``). On any
+    before ``--config/--job/--task`` (default ``python -m tensorweave worker``).
+    ``files_allow``: directories where the tasks' ops may use files for clients (the config's
+    ``[files] allow``; default: none given, so each task allows its working directory, which
+    is ``directory``). On any
     failure every process already started is stopped, the pid file removed, and the error
     says which task failed with its log's tail.
     """
@@ -570,6 +573,8 @@ def up(directory: str | None = None, *, workers: int = 2, ps: int = 1, transport
     value = transport if not tensors_transport or tensors_transport == transport else {
         "control": transport, "tensors": tensors_transport}
     obj = {"cluster": cluster, "transport": value}
+    if files_allow is not None:
+        obj["files"] = {"allow": [os.path.abspath(os.fspath(d)) for d in files_allow]}
     # before anything starts: a missing transport plugin is named here
     cl.check_transports(cl.config_from_dict(obj, source=os.path.join(directory, CONFIG_NAME)))
     if token:

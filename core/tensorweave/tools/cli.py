@@ -433,7 +433,7 @@ def cmd_cluster_up(args) -> int:
         path, tasks = launcher.up(args.dir, workers=args.workers, ps=args.ps, transport=args.transport,
                                   tensors_transport=args.tensors_transport, host=args.host,
                                   base_port=args.base_port, timeout=args.timeout,
-                                  token=not args.no_token, tls=args.tls)
+                                  token=not args.no_token, tls=args.tls, files_allow=args.allow_files)
     except (errors.InvalidArgumentError, errors.NotFoundError, errors.AlreadyExistsError,
             errors.PermissionDeniedError) as e:
         _err(str(e))
@@ -612,6 +612,9 @@ def _parser() -> argparse.ArgumentParser:
     up.add_argument("--timeout", type=float, default=60.0, help="seconds to wait for every task (default 60)")
     up.add_argument("--tls", action="store_true",
                     help="serve with TLS: a self-signed certificate for --host in DIR/tls (grpc)")
+    up.add_argument("--allow-files", action="append", metavar="DIR",
+                    help="a directory where the tasks' ops may read and write files for clients "
+                         "(repeatable; default: the cluster's directory, where the tasks run)")
     up.add_argument("--no-token", action="store_true",
                     help="no auth token (by default a random one is written to DIR/token and required)")
     up.set_defaults(func=cmd_cluster_up)
