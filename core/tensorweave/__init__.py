@@ -39,6 +39,7 @@ from tensorweave import app, contrib, flags, gfile, logging, losses, test  # TF1
 from tensorweave import estimator, feature_column, metrics  # tf.estimator, tf.feature_column, tf.metrics (docs/estimator.md)
 from tensorweave.ops import nn
 from tensorweave.ops import image  # tf.image: resize_bilinear, resize_nearest_neighbor, resize_images
+from tensorweave.ops import collective_ops  # TF's collective_ops: all_reduce, all_gather, broadcast_send/recv
 from tensorweave.ops.init_ops import *  # noqa: F401,F403
 from tensorweave.ops.variable_scope import *  # noqa: F401,F403
 from tensorweave.ops.partitioned_variables import *  # noqa: F401,F403

@@ -6,6 +6,7 @@ from __future__ import annotations
 from tensorweave.framework import dtypes
 from tensorweave.kernels import (
     accumulators,
+    collective,
     control_flow,
     data_flow,
     datasets,
@@ -34,3 +35,5 @@ def tensorweave_register_kernels(registry):
     # whatever device plugins are installed.
     for module in (data_flow, datasets, mutex, readers, stacks, accumulators, summary):
         module.register_kernels(registry)
+    # Collectives: host logic that meets the group's other members (runtime/collectives.py).
+    collective.register_kernels(registry)

@@ -9,6 +9,7 @@ from tensorweave.ops import (
     candidate_sampling_ops,
     checkpoint_ops,
     cnn_grad,
+    collective_ops,
     compression_ops,
     constant_op,
     control_flow_grad,
@@ -49,6 +50,7 @@ FAMILIES = (constant_op, array_ops, math_ops, random_ops, state_ops, control_flo
             compression_ops, mutex_ops, summary_ops, fusion_ops, sparse_ops, candidate_sampling_ops,
             indexing_ops, embedding_ops, string_ops, tensor_array_ops)
 FAMILIES += (normalization_ops, depthwise_conv_ops, image_ops)  # batch norm, LRN, depthwise conv, resize
+FAMILIES += (collective_ops,)  # all-reduce, all-gather, broadcast among devices and tasks
 # Gradient modules: ``register_ops`` (helper ops gradients need) and ``register_gradients``.
 GRADIENTS = (math_grad, array_grad, nn_grad, control_flow_grad, sparse_grad, indexing_grad, embedding_grad,
              tensor_array_grad)

@@ -29,6 +29,7 @@ and bound are in ``StepStats.clock_offsets``.
 
 from __future__ import annotations
 
+import functools
 import os
 import random
 import threading
@@ -42,7 +43,7 @@ from tensorweave.client.plan import Plan
 from tensorweave.client.session import Session, register_session_factory
 from tensorweave.distributed import wire
 from tensorweave.distributed.cluster import health_check_settings
-from tensorweave.distributed.transport import Security, get_transport
+from tensorweave.distributed.transport import Security, current_call, get_transport
 from tensorweave.distributed.worker import RemoteDevice, task_of_device, task_prefix
 from tensorweave.framework import errors
 from tensorweave.runtime.config import StepStats
@@ -146,6 +147,7 @@ class DistributedSession(Session):
         self._clients: dict = {}
         announced = None  # the cluster's health-check settings, as its tasks tell them
         self._rpc = ThreadPoolExecutor(32, thread_name_prefix=f"tw-master-{self._id}")
+        self._cleanups: set = set()  # the CleanupSteps not sent yet
         cluster = cluster if cluster is not None else (_cluster_dict(cfg) if cfg is not None else None)
         if cluster is None:
             # Ask the task at the target which cluster it belongs to.
@@ -207,6 +209,12 @@ class DistributedSession(Session):
         traced = {}  # task -> (response header, sent, answered) of a traced step
         step = _Step(step_id, [t for t, _ in tasks])
         self._active_steps.add(step)
+        # In the master service (a thin client's RunStep), the client going away mid-step
+        # aborts the step on every task: nobody waits for its result any more.
+        caller = current_call()
+        gone = functools.partial(self._caller_gone, step)
+        if caller is not None and not caller.on_gone(gone):
+            gone()
         try:
             futures = {}
             for task, info in tasks:
@@ -254,8 +262,12 @@ class DistributedSession(Session):
             if errs:
                 raise _root_cause(errs, step.error)
         finally:
+            if caller is not None:
+                caller.forget(gone)
             self._active_steps.discard(step)
-            self._rpc.submit(self._cleanup, step)
+            cleanup = self._rpc.submit(self._cleanup, step)
+            self._cleanups.add(cleanup)
+            cleanup.add_done_callback(self._cleanups.discard)
         if run_metadata is not None:
             run_metadata.placement = dict(plan.placement)
             if tracing:
@@ -305,6 +317,15 @@ class DistributedSession(Session):
             except errors.OpError:
                 pass
 
+    def _caller_gone(self, step):
+        """The client that asked for ``step`` (through the master service) went away."""
+        err = errors.AbortedError(f"step {step.step_id} was aborted: its client went away")
+        step.fail(err)
+        try:
+            self._rpc.submit(self._abort, step, err)
+        except RuntimeError:
+            pass  # the session closed meanwhile (its pool is shut down)
+
     def task_lost(self, task, error):
         """The health checker's verdict: fail and abort every step that involves ``task``."""
         for step in list(self._active_steps):
@@ -331,6 +352,9 @@ class DistributedSession(Session):
             return
         self._closed = True
         self._health.stop()
+        # The CleanupSteps of the last steps go out before the channels close (a session
+        # closed right after a step used to leave that step's state on the tasks).
+        wait_futures(list(self._cleanups), timeout=10.0)
         for plan in self._plans.values():
             for task, info in getattr(plan, "tasks", {}).items():
                 if info["handle"] is not None:

@@ -9,7 +9,8 @@ service and the same conformance kit (``pytest --tw-transport=NAME``,
 This module owns that contract — the ``Transport``, ``Server`` and ``Channel`` protocols — and
 what every transport shares: ``Security`` (TLS and auth settings), ``ServiceDispatcher`` (the
 server side a transport hands requests to, with the one constant-time token check),
-``guarded``, the in-process transport ``inproc`` and ``get_transport``.
+``CallContext`` (how a server tells a handler that its caller went away), ``guarded``, the
+in-process transport ``inproc`` and ``get_transport``.
 
 A transport is registered with ``tensorweave_register_transports(registry)`` as
 ``registry.register("grpc", GrpcTransport)``. ``Security`` carries what the cluster config
@@ -48,6 +49,16 @@ class Server(Protocol):
       a response over it is not sent; the client raises ``ResourceExhaustedError``.
     * Nothing a peer sends — a truncated or malformed frame, bytes of another protocol, a
       connection dropped half-way — stops the server: it drops that peer and goes on serving.
+    * A caller that goes away — its process killed, its connection lost, its call cancelled or
+      past its deadline — is reported to the handler serving it: ``dispatcher.call(method,
+      payload, context)`` with a ``CallContext`` whose ``client_gone()`` the server calls (the
+      worker aborts a step whose master died mid-step). A transport that cannot tell passes
+      no context; such steps then end only by their timeout or ``Limits.step_idle_seconds``.
+    * A method of ``dispatcher.deferred`` (RecvTensor) should be served without holding a thread
+      while it waits (``dispatcher.start_stream``): thousands may wait at once. A transport that
+      cannot do that may serve it with the blocking ``dispatcher.stream``.
+    * Methods of ``CONTROL_METHODS`` (Health, AbortStep, ...) answer at once whatever else is in
+      flight: they should have threads of their own, never queued behind blocked handlers.
     """
 
     address: str
@@ -136,21 +147,99 @@ def _as_op_error(method: str, exc: Exception) -> errors.OpError:
     return exc if isinstance(exc, errors.OpError) else errors.InternalError(f"{method}: {type(exc).__name__}: {exc}")
 
 
+# Quick methods a task must answer whatever else is in flight (health checks, and the requests
+# that end or forget a step): servers run them on threads of their own, so a pool full of
+# blocked RunGraphs never delays the verdict of a health check or the abort that unblocks them.
+CONTROL_METHODS = frozenset({"Health", "AbortStep", "CleanupStep", "GetStatus"})
+
+
+class CallContext:
+    """What a server tells the handler of one request about its caller.
+
+    ``client_gone()`` is called by the server when the caller can no longer receive the answer:
+    its connection was lost (a killed process: the peer's kernel closes its sockets; a host
+    that vanished: the transport's keepalive), or it cancelled the call or let its deadline
+    pass. A handler that holds something for its caller registers ``on_gone(fn)`` (``fn()``
+    runs once, on a thread of the server's, never on an event loop: it may take locks and
+    abort a step) and ``forget(fn)`` when it is done. Why connection loss and not a lease the master renews: the request *is*
+    the lease — it lives exactly as long as its caller waits for it, every transport already
+    watches its connections (gRPC's HTTP/2 streams and keepalive pings, UCX's peer-failure
+    detection), and it costs no message, no schema and no timer.
+    """
+
+    __slots__ = ("_lock", "_fns", "gone")
+
+    def __init__(self):
+        self._lock = threading.Lock()
+        self._fns: list = []
+        self.gone = False
+
+    def on_gone(self, fn) -> bool:
+        """Run ``fn()`` when the caller goes away; False (not registered) if it already has."""
+        with self._lock:
+            if self.gone:
+                return False
+            self._fns.append(fn)
+            return True
+
+    def forget(self, fn) -> None:
+        with self._lock:
+            if fn in self._fns:
+                self._fns.remove(fn)
+
+    def client_gone(self, in_thread: bool = False) -> None:
+        """(the server) The caller went away: run what handlers registered, once — on a thread
+        of its own with ``in_thread`` (what a server calls from its event loop)."""
+        with self._lock:
+            if self.gone:
+                return
+            self.gone = True
+            fns, self._fns = self._fns, []
+        if fns and in_thread:
+            threading.Thread(target=_run_all, args=(fns,), name="tw-caller-gone", daemon=True).start()
+        elif fns:
+            _run_all(fns)
+
+
+def _run_all(fns) -> None:
+    for fn in fns:
+        try:
+            fn()
+        except Exception:  # noqa: BLE001 - one handler's clean-up must not stop the others'
+            pass
+
+
+_CALL = threading.local()
+
+
+def current_call() -> CallContext | None:
+    """The ``CallContext`` of the request this thread is serving, or None (no request, or a
+    transport that cannot tell when its caller goes away)."""
+    return getattr(_CALL, "context", None)
+
+
 class ServiceDispatcher:
     """The server side every transport hands requests to.
 
     ``handlers``: method name -> fn(payload bytes) -> response bytes;
-    ``streams``: method name -> fn(payload bytes) -> iterator of byte chunks (tensors).
-    A name is one or the other (a transport may route by name alone, as gRPC's paths do).
+    ``streams``: method name -> fn(payload bytes) -> iterator of byte chunks (tensors);
+    ``deferred``: method name -> fn(payload bytes, done) -> cancel: a stream whose answer may
+    take long to exist (RecvTensor waits for its value) and is started without blocking; see
+    ``start_stream``. A name is a handler or a stream (a transport may route by name alone, as
+    gRPC's paths do); a stream may have both forms, for transports that wait on a thread.
     Unknown methods are an UnimplementedError response, and a handler that raises answers
     with an error response (a non-``tw.errors`` exception as ``InternalError``): never a
     crash of the server, over every transport alike.
     """
 
-    def __init__(self, handlers: dict, streams: dict | None = None, token: str | None = None):
+    def __init__(self, handlers: dict, streams: dict | None = None, token: str | None = None,
+                 deferred: dict | None = None, deferred_timeout: float = 600.0):
         self.handlers = dict(handlers)
         self.streams = dict(streams or {})
         self.token = token
+        self.deferred = dict(deferred or {})
+        # How long a deferred stream may wait for its answer; then DeadlineExceededError.
+        self.deferred_timeout = deferred_timeout
 
     def check_token(self, token, security: Security | None = None) -> None:
         """Refuse (``UnauthenticatedError``) unless ``token`` (str, bytes or None) is each token
@@ -160,23 +249,69 @@ class ServiceDispatcher:
             if expected is not None and not _same_token(token, expected):
                 raise errors.UnauthenticatedError("the request carried no valid auth token for this server")
 
-    def call(self, method: str, payload: bytes) -> bytes:
+    def call(self, method: str, payload: bytes, context: CallContext | None = None) -> bytes:
+        """``method``'s answer to ``payload``. ``context``: the server's ``CallContext`` for this
+        request (the handler finds it with ``current_call()``)."""
         fn = self.handlers.get(method)
         if fn is None:
             return wire.encode_error(errors.UnimplementedError(f"unknown method {method!r}"))
+        outer = getattr(_CALL, "context", None)
+        _CALL.context = context
         try:
             return fn(payload)
         except Exception as e:  # noqa: BLE001 - see the class docstring
             return wire.encode_error(_as_op_error(method, e))
+        finally:
+            _CALL.context = outer
 
     def stream(self, method: str, payload: bytes):
         """The chunks of ``method``'s stream. A failure before the first chunk is the stream's
         only chunk, an error response; after it, it is raised (as a ``tw.errors`` exception)
-        for the transport to end the stream with."""
+        for the transport to end the stream with. A deferred stream with no blocking form is
+        waited for here, on the caller's thread (at most ``deferred_timeout``)."""
         fn = self.streams.get(method)
+        if fn is None and method in self.deferred:
+            return self._wait_deferred(method, payload)
         if fn is None:
             return iter([wire.encode_error(errors.UnimplementedError(f"unknown stream method {method!r}"))])
         return self._guarded_stream(method, fn, payload)
+
+    def start_stream(self, method: str, payload: bytes, done):
+        """Start the deferred stream ``method`` without blocking: ``done(make_chunks)`` is
+        called exactly once — possibly right away, else later in whichever thread produced the
+        answer — unless the returned ``cancel()`` came first. ``make_chunks()`` returns the
+        stream's chunks as ``stream`` would (an error as the only chunk, or raised after the
+        first); it may block briefly (a device-to-host copy), so call it on a thread of the
+        server's. ``cancel()`` withdraws the wait (the caller went away, or ``deferred_timeout``
+        passed): True when withdrawn, False when ``done`` was or is being called (then the
+        answer stands). A request the method refuses at once is ``done`` with its error."""
+        fn = self.deferred[method]
+
+        def ready(make):
+            done(lambda: self._guarded_stream(method, lambda _payload: make(), payload))
+        try:
+            return fn(payload, ready)
+        except Exception as e:  # noqa: BLE001 - the stream's failure travels as its only chunk
+            err = _as_op_error(method, e)
+            done(lambda: iter([wire.encode_error(err)]))
+            return lambda: False
+
+    def deadline_error(self, method: str) -> errors.OpError:
+        """What a deferred stream that waited ``deferred_timeout`` in vain answers."""
+        return errors.DeadlineExceededError(
+            f"{method}: no answer within {self.deferred_timeout:g} s (the value was never produced)")
+
+    def _wait_deferred(self, method: str, payload: bytes):
+        box, ready = [], threading.Event()
+
+        def done(make):
+            box.append(make)
+            ready.set()
+        cancel = self.start_stream(method, payload, done)
+        if not ready.wait(self.deferred_timeout) and cancel():
+            return iter([wire.encode_error(self.deadline_error(method))])
+        ready.wait()
+        return box[0]()
 
     @staticmethod
     def _guarded_stream(method: str, fn, payload: bytes):

@@ -495,9 +495,18 @@ REQUEST_FIELDS: dict[str, dict[str, tuple[str, bool]]] = {
     "RunStep": {"session": ("str", True), "feeds": ("str_list", False), "fetches": ("str_list", False),
                 "targets": ("str_list", False), "timeout_in_ms": ("int", False), "trace_level": ("int", False)},
     "CloseSession": {"session": ("str", True)},
+    # collectives (distributed/collective.py): a member joins its group at the leader; a value
+    # (or a member's failure, "error") from one member to another
+    "CompleteGroup": {"group_key": ("int", True), "group_size": ("int", True), "device": ("str", True),
+                      "timeout": ("timeout", False)},
+    "CollectivePut": {"group_key": ("int", True), "instance_key": ("int", True), "exec": ("int", True),
+                      "round": ("int", True), "src": ("str", True), "dst": ("str", True),
+                      "signature": ("dict", False), "error": ("dict", False)},
 }
-# The methods whose requests carry tensors (feeds, a graph's constants); the others carry none.
-REQUEST_TENSORS = frozenset({"RegisterGraph", "RunGraph", "CreateSession", "ExtendSession", "RunStep"})
+# The methods whose requests carry tensors (feeds, a graph's constants, a collective's value); the
+# others carry none.
+REQUEST_TENSORS = frozenset({"RegisterGraph", "RunGraph", "CreateSession", "ExtendSession", "RunStep",
+                             "CollectivePut"})
 # One partition of a RegisterGraph request.
 PARTITION_FIELDS = {"device": ("str", True), "graph_def": ("dict", True), "loops": ("dict", False)}
 

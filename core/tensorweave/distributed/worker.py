@@ -31,6 +31,7 @@ process's wall clock) together with when the request was taken up and the reply 
 from __future__ import annotations
 
 import collections
+import functools
 import itertools
 import threading
 import time
@@ -40,8 +41,9 @@ import numpy as np
 
 from tensorweave import plugins
 from tensorweave.distributed import wire
+from tensorweave.distributed.collective import WorkerCollectives
 from tensorweave.distributed.limits import RECV_TIMEOUT, Limits
-from tensorweave.distributed.transport import ServiceDispatcher, guarded
+from tensorweave.distributed.transport import ServiceDispatcher, current_call, guarded
 from tensorweave.framework import dtypes, errors
 from tensorweave.framework.device_spec import DeviceSpec
 from tensorweave.framework.graph import Graph
@@ -100,12 +102,26 @@ class WorkerRendezvous(LocalRendezvous):
         self.active = 0  # RunGraph and RecvTensor calls of this step in progress here
         self.aborted = False  # aborted before it started here: its RunGraph runs nothing
 
+    @property
+    def collective_executor(self):
+        """The task's collectives, for the collective kernels of this step."""
+        return self.worker.collectives
+
     def recv_async(self, key: str, callback) -> None:
         src = key.split(";", 1)[0]
         if self.worker.is_local(src):
             super().recv_async(key, callback)
         else:
             self.worker.pull(self, key, src, callback)
+
+    def withdraw(self, key: str, callback) -> None:
+        """Take back a receive of ``key`` still waiting (its caller went away or gave up)."""
+        with self._lock:
+            waiting = self._waiters.get(key)
+            if waiting is not None and callback in waiting:
+                waiting.remove(callback)
+                if not waiting:
+                    del self._waiters[key]
 
     def transport(self, src_device: str, dst_device: str) -> str:
         w = self.worker
@@ -182,8 +198,10 @@ class Worker:
         self._pull_pool = ThreadPoolExecutor(64, thread_name_prefix=f"tw-pull-{job}{task}")
         self.started = time.time()
         self.running_steps = 0   # RunGraph calls in progress (Health reports it)
+        self.waiting_recvs = 0   # RecvTensor calls waiting for their value (Health reports it)
         # Requests larger than this are refused here too, whatever the transport enforces.
         self.max_message_bytes = max_message_bytes or (1 << 31)
+        self.collectives = WorkerCollectives(self)  # collective ops' groups and values (distributed/collective.py)
 
     # --- helpers ----------------------------------------------------------------------------
     def is_local(self, device_name: str) -> bool:
@@ -302,9 +320,13 @@ class Worker:
             "DeregisterGraph": self.deregister_graph, "RunGraph": self.run_graph,
             "AbortStep": self.abort_step, "CleanupStep": self.cleanup_step,
             "ResetContainers": self.reset_containers, "Health": self.health,
+            "CompleteGroup": self.collectives.complete_group, "CollectivePut": self.collectives.collective_put,
         }
+        # RecvTensor is deferred: a transport that can (grpc, ucx) answers it when the value
+        # is sent here, holding no thread while it waits; the blocking form is for the others.
         return ServiceDispatcher({k: guarded(v) for k, v in handlers.items()},
-                                 {"RecvTensor": self.recv_tensor}, token=token)
+                                 {"RecvTensor": self.recv_tensor}, token=token,
+                                 deferred={"RecvTensor": self.recv_tensor_deferred}, deferred_timeout=RECV_TIMEOUT)
 
     def _request(self, method: str, payload, copy: bool = False):
         return wire.decode_request(method, payload, self.max_message_bytes, copy=copy)
@@ -319,9 +341,11 @@ class Worker:
         self._request("Health", payload)
         with self._lock:
             running, steps, graphs = self.running_steps, len(self._steps), len(self._graphs)
+            waiting = self.waiting_recvs
         # clock_ns: this process's wall clock, for the master's clock-offset estimate.
         return wire.encode_response({"job": self.job, "task": self.task, "started": self.started,
                                      "running_steps": running, "steps": steps, "graphs": graphs,
+                                     "waiting_recvs": waiting,
                                      "clock_ns": time.time_ns()})
 
     def reset_containers(self, payload: bytes) -> bytes:
@@ -509,10 +533,30 @@ class Worker:
         """One step of ``g``; ``received`` (when the request was taken up, on the wall clock)
         is given for a traced step, whose stats go back with the fetches."""
         rv = self.rendezvous(step_id, use=1)
+        # A master that dies mid-step sends no AbortStep: when this RunGraph's caller goes away
+        # (the transport reports its connection lost), the step is aborted and forgotten here,
+        # so nothing of it waits on (a dequeue, a Recv) until Limits.step_idle_seconds.
+        call = current_call()
+        gone = functools.partial(self._caller_gone, rv)
+        if call is not None and not call.on_gone(gone):
+            gone()
         try:
             return self._run_partitions(g, rv, tensors, timeout, received)
         finally:
+            if call is not None:
+                call.forget(gone)
             self.release(rv)
+
+    def _caller_gone(self, rv: WorkerRendezvous) -> None:
+        """The master of step ``rv`` went away mid-step: abort it and forget it, as its
+        AbortStep and CleanupStep would have."""
+        message = (f"step {rv.step_id} was aborted on {self.prefix}: its master went away "
+                   "(the connection of its RunGraph was lost)")
+        with self._lock:
+            if self._steps.get(rv.step_id) is rv:
+                del self._steps[rv.step_id]
+            self._end_step(rv.step_id, message)
+        rv.abort(errors.AbortedError(message))
 
     def _run_partitions(self, g, rv, tensors, timeout, received):
         step_id = rv.step_id
@@ -528,6 +572,10 @@ class Worker:
 
         def on_abort(_value, _error):
             ended.set()
+            # Kernels parked outside the executor (a dequeue from an empty queue) give their
+            # wait back, as in a local step that failed: nothing of an aborted step stays
+            # parked, to take an element a later step was meant to get.
+            step.cancel()
         if not rv.watch(on_abort):
             ended.set()
         try:
@@ -598,29 +646,77 @@ class Worker:
         return wire.encode_response({})
 
     def recv_tensor(self, payload: bytes):
-        """Stream method: the value of ``key`` in step ``step_id``, once it is sent here."""
+        """Stream method: the value of ``key`` in step ``step_id``, once it is sent here (the
+        blocking form of ``recv_tensor_deferred``: this thread waits, ``RECV_TIMEOUT`` at most)."""
+        box, ready = [], threading.Event()
+
+        def done(make_chunks):
+            box.append(make_chunks)
+            ready.set()
         try:
-            header, _ = self._request("RecvTensor", payload)
-            step_id, key = header["step_id"], header["key"]
-            if key.count(";") != 3:
-                raise errors.InvalidArgumentError(
-                    f"RecvTensor: 'key' must be a rendezvous key 'src;incarnation;dst;name', got {key[:200]!r}")
-            src = key.split(";", 1)[0]
-            device = self._by_name.get(src)
-            if device is None:
-                raise errors.InvalidArgumentError(f"RecvTensor: {src!r} is not a device of {self.prefix}")
-            rv = self.rendezvous(step_id, use=1)
-            try:
-                value = rv.recv(key, RECV_TIMEOUT)
-            finally:
-                self.release(rv)
+            cancel = self.recv_tensor_deferred(payload, done)
+        except errors.OpError as e:
+            return iter([wire.encode_error(e)])
+        if not ready.wait(RECV_TIMEOUT) and cancel():
+            key = wire.decode_request("RecvTensor", payload, self.max_message_bytes)[0]["key"]
+            return iter([wire.encode_error(errors.DeadlineExceededError(
+                f"rendezvous: {key} was not produced within {RECV_TIMEOUT:.0f}s on {self.prefix}"))])
+        ready.wait()  # the value came just as the wait ran out: it stands
+        try:
+            return box[0]()
+        except errors.OpError as e:
+            return iter([wire.encode_error(e)])
+
+    def recv_tensor_deferred(self, payload: bytes, done):
+        """RecvTensor without a thread waiting: ``done(make_chunks)`` is called once ``key`` of
+        step ``step_id`` is sent here (or the step aborts: its error is the only chunk), in the
+        sender's thread; ``make_chunks()`` gives the stream (copying a device value to the
+        host). Returns ``cancel()``, which withdraws the wait when the caller went away or gave
+        up (True), unless the value came first (False). A malformed request raises."""
+        header, _ = self._request("RecvTensor", payload)
+        step_id, key = header["step_id"], header["key"]
+        if key.count(";") != 3:
+            raise errors.InvalidArgumentError(
+                f"RecvTensor: 'key' must be a rendezvous key 'src;incarnation;dst;name', got {key[:200]!r}")
+        src = key.split(";", 1)[0]
+        device = self._by_name.get(src)
+        if device is None:
+            raise errors.InvalidArgumentError(f"RecvTensor: {src!r} is not a device of {self.prefix}")
+        rv = self.rendezvous(step_id, use=1)
+        claimed = threading.Lock()  # whichever of the value and cancel() takes it first wins
+
+        def chunks(value):
             if value is not DEAD and value is not None and not device.host_tensors:
                 value = device.to_host(value)
             if value is None:  # a control edge's token
                 value = np.zeros((0,), np.float32)
-        except errors.OpError as e:
-            return iter([wire.encode_error(e)])
-        return wire.tensor_chunks(value)
+            return wire.tensor_chunks(value)
+
+        def got(value, error):
+            if not claimed.acquire(blocking=False):
+                return
+            self._recv_done(rv)
+            if error is not None:
+                failure = error if isinstance(error, errors.OpError) else errors.InternalError(str(error))
+                done(lambda: iter([wire.encode_error(failure)]))
+            else:
+                done(lambda: chunks(value))
+
+        def cancel() -> bool:
+            if not claimed.acquire(blocking=False):
+                return False
+            rv.withdraw(key, got)
+            self._recv_done(rv)
+            return True
+        with self._lock:
+            self.waiting_recvs += 1
+        LocalRendezvous.recv_async(rv, key, got)  # this process's table: a value sent here
+        return cancel
+
+    def _recv_done(self, rv: WorkerRendezvous) -> None:
+        with self._lock:
+            self.waiting_recvs -= 1
+        self.release(rv)
 
     def close(self) -> None:
         with self._lock:
@@ -628,6 +724,7 @@ class Worker:
             self._steps.clear()
         for rv in steps:
             rv.abort(errors.CancelledError(f"worker {self.prefix} is shutting down"))
+        self.collectives.close()
         self._pool.shutdown(wait=False)
         self._pull_pool.shutdown(wait=False)
 

@@ -344,8 +344,10 @@ class _Compiler:
                 continue
             kd = n.kd
             # By name, not identity: plans run private copies of the user's nodes, rebuilt
-            # with every plan, and the kernel (its generator state) must outlive them.
-            key = (op.name, device.name)
+            # with every plan, and the kernel (its generator state) must outlive them. And by
+            # attrs: another client's graph may hold a node of that name that asks for
+            # something else (a worker keeps this cache for every client).
+            key = (op.name, device.name, _attrs_key(op))
             if op.op_def.stateful and key in cache:
                 n.fn = cache[key]
             else:
@@ -900,6 +902,14 @@ def _has_independent(exp_nodes, preds) -> bool:
         if (related | 1 << i) != full:
             return True
     return False
+
+
+def _attrs_key(op) -> tuple:
+    """The declared attrs of ``op`` as a cache key (functions left out: a plan's copy of a
+    node may hold another function object for the same function)."""
+    defs = op.op_def.attrs
+    return tuple(sorted((k, repr(v)) for k, v in op._attrs.items()
+                        if k in defs and "func" not in defs[k].type and defs[k].type != "tensor"))
 
 
 def _call_async_blocking(n, step, args):

@@ -6,6 +6,7 @@ from tensorweave.distributed.server import Server
 from tensorweave.ops.io_ops import match_filenames_once
 from tensorweave.train.adagrad import AdagradOptimizer
 from tensorweave.train.adam import AdamOptimizer
+from tensorweave.train.all_reduce_sync import AllReduceSyncOptimizer
 from tensorweave.train.coordinator import Coordinator, LooperThread
 from tensorweave.train.device_setter import replica_device_setter
 from tensorweave.train.ftrl import FtrlOptimizer
@@ -88,6 +89,7 @@ __all__ = [
     "RMSPropOptimizer",
     "FtrlOptimizer",
     "SyncReplicasOptimizer",
+    "AllReduceSyncOptimizer",
     "replica_device_setter",
     "get_global_step",
     "create_global_step",

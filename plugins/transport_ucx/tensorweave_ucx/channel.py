@@ -2,8 +2,8 @@
 then a ``HELLO`` with the token) and again after a failure, shared by every request of the
 channel at once.
 
-A small call is one slot message each way; a larger payload follows its slot as a message of
-its own. ``fetch`` receives the tensor header and chunk table, preallocates the array and
+A small call is one slot message each way; a larger request payload follows its slot in
+pieces of 4 MiB (``framing.pieces``), a larger answer as one message. ``fetch`` receives the tensor header and chunk table, preallocates the array and
 posts one UCX receive per chunk straight into its slice (``wire.TensorAssembler``): the
 bytes cross once, no concatenation. A call past its timeout raises ``DeadlineExceededError``
 and its late answer is received and dropped; a lost endpoint fails every call in flight
@@ -102,7 +102,12 @@ class UcxChannel:
         inline = len(payload) <= framing.INLINE
         request = framing.slot(kind, rid, len(payload), 0, method, payload if inline else b"")
         conn.post(request)
-        sending = None if inline else conn.post(payload, framing.tag(rid, framing.REQ_BODY))
+        sending = None
+        if not inline:  # in pieces, each on its own tag (views: nothing is copied)
+            view = memoryview(payload).cast("B")
+            sending = asyncio.gather(*(conn.post(view[at:at + n], framing.tag(rid, framing.CHUNK0 + i))
+                                       for i, (at, n) in enumerate(framing.pieces(len(view)))))
+            sending.add_done_callback(lambda f: f.cancelled() or f.exception())  # an ERROR answer skips it
         # The answer's receive is posted before this task first waits, so before the sends
         # start: an answer that finds its receive posted skips UCX's unexpected-message queue.
         answer_tag = framing.tag(rid, framing.RESP_HEAD)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 
+from tensorweave.distributed import wire
 from tensorweave.framework import errors
 
 from .engine import CLOSE_PERIOD_NS, Engine
@@ -24,6 +25,13 @@ class Conn:
         self.error: errors.OpError | None = None
         self.tasks: set = set()
         self.closed = asyncio.Event()
+        # Server side: the CallContexts of the requests being served (told when this
+        # connection goes), the deferred fetches waiting, and the request body bytes being
+        # received at once (bounded by the server's max_message_bytes).
+        self.calls: set = set()
+        self.waiting = 0
+        self.receiving = 0
+        self.budget = asyncio.Condition()
         ep.set_close_callback(self._on_close)
 
     def _on_close(self):  # UCX's progress thread: the peer went away or the endpoint failed
@@ -75,7 +83,11 @@ class Conn:
         """Start sending ``buf`` without waiting for UCX to report it sent: a call's answer
         arrives no sooner for it, and each awaited completion is one more trip through
         ucxx's notifier thread. A failed send fails the whole connection (``send``)."""
-        task = asyncio.ensure_future(self.send(buf, tag))
+        return self.spawn(self.send(buf, tag))
+
+    def spawn(self, coro) -> asyncio.Task:
+        """``coro`` as a task that fails (is cancelled) with the connection."""
+        task = asyncio.ensure_future(coro)
         self.tasks.add(task)
         task.add_done_callback(self._done)
         return task
@@ -119,7 +131,9 @@ async def recv_body(conn: Conn, head, length: int, on_tag) -> bytearray:
     """The ``length`` bytes of payload that came in the slot ``head`` or, too large for it, follow on ``on_tag``."""
     if length <= INLINE:
         return head[FRAME.size:FRAME.size + length]
-    body = bytearray(length)
+    # Reserved, not committed (``wire.reserve_buffer``): a frame announcing gigabytes costs
+    # what arrives, not what it claims.
+    body = wire.reserve_buffer(length, f"ucx transport: a message of {length} bytes from {conn.label}")
     await conn.recv(body, on_tag)
     return body
 

@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import ctypes
+import logging
 import os
+import struct
 import threading
 
 from tensorweave.framework import errors
@@ -20,10 +23,26 @@ from . import env
 
 CLOSE_PERIOD_NS = 10 ** 9  # bound on how long aborting an endpoint may wait for UCX
 
+log = logging.getLogger("tensorweave.ucx")
+
+# ucp_ep_attr_t (ucp.h): u64 field_mask, char name[32], sockaddr_storage local, remote, ...
+_EP_ATTR_LOCAL_SOCKADDR = 1 << 1
+_EP_ATTR_LOCAL_OFFSET = 8 + 32
+_EP_ATTR_BYTES = 1024  # more than the struct's 328 bytes
+
 
 class Engine:
-    def __init__(self):
+    def __init__(self, net_devices: str | None = None):
         env.apply()
+        # Set for the server this engine is started for (see env.net_devices_for) while UCX
+        # reads its environment, when its context is created below — and only then: processes
+        # this one starts later must not inherit a restriction made for this server's address.
+        # A variable the user set wins.
+        ours = net_devices is not None and "UCX_NET_DEVICES" not in os.environ
+        if ours:
+            os.environ["UCX_NET_DEVICES"] = net_devices
+        self.net_devices = os.environ.get("UCX_NET_DEVICES") if net_devices is not None else None
+        self._ucp = None
         try:
             import ucxx
             from ucxx._lib import libucxx
@@ -49,6 +68,9 @@ class Engine:
         except Exception as e:  # noqa: BLE001
             raise errors.UnavailableError(
                 f"transport 'ucx' cannot start: initialising UCX failed ({type(e).__name__}: {e})") from None
+        finally:
+            if ours:
+                os.environ.pop("UCX_NET_DEVICES", None)
 
     def _run(self):
         asyncio.set_event_loop(self.loop)
@@ -58,6 +80,20 @@ class Engine:
         # Python futures: a waiting request costs no CPU (without them ucxx polls in a loop).
         self.ucxx.init(progress_mode="thread", enable_python_future=True)
         self.ctx = self.ucxx.core._get_ctx()
+
+    def local_address(self, ep):
+        """The IP address of this end of ``ep`` (a ucxx Endpoint made by a listener): the
+        address its client dialled; None when UCX cannot tell."""
+        try:
+            if self._ucp is None:
+                self._ucp = ctypes.CDLL("libucp.so.0", mode=os.RTLD_NOLOAD)  # the one ucxx loaded
+            attr = ctypes.create_string_buffer(_EP_ATTR_BYTES)
+            struct.pack_into("<Q", attr, 0, _EP_ATTR_LOCAL_SOCKADDR)
+            if self._ucp.ucp_ep_query(ctypes.c_void_p(ep._ep.handle), attr) != 0:
+                return None
+            return env.sockaddr_ip(ctypes.addressof(attr) + _EP_ATTR_LOCAL_OFFSET)
+        except (OSError, AttributeError, TypeError, ValueError):
+            return None
 
     def run(self, coro, timeout: float | None):
         """Run ``coro`` on the engine's loop; the caller's thread waits at most ``timeout``
@@ -116,10 +152,17 @@ _ENGINE: Engine | None = None
 _ENGINE_LOCK = threading.Lock()
 
 
-def engine() -> Engine:
-    """The process's engine, started on first use."""
+def engine(listen_host: str | None = None) -> Engine:
+    """The process's engine, started on first use. ``listen_host``: the host of the server
+    that wants it — an engine started for a server on one address keeps UCX's TCP transport
+    to the interfaces that carry it (``env.net_devices_for``)."""
     global _ENGINE
     with _ENGINE_LOCK:
         if _ENGINE is None:
-            _ENGINE = Engine()
+            _ENGINE = Engine(env.net_devices_for(listen_host) if listen_host is not None else None)
+        elif (listen_host is not None and _ENGINE.net_devices is None and "UCX_NET_DEVICES" not in os.environ
+              and env.net_devices_for(listen_host) is not None):
+            log.warning("ucx transport: UCX was started in this process before the server at %s, so its TCP "
+                        "transport listens on every network interface; start the server first, or set "
+                        "UCX_NET_DEVICES", listen_host)
         return _ENGINE

@@ -33,11 +33,14 @@ class UcxTransport:
     """The worker service over UCX endpoints (TCP, shared memory) through ucxx; no TLS."""
 
     name = "ucx"
+    #: Seconds a client may leave a request body unfinished before its connection is dropped
+    #: (None: ``server.IDLE_TIMEOUT``, or the TENSORWEAVE_UCX_IDLE_TIMEOUT environment variable).
+    idle_timeout: float | None = None
 
     def server(self, address: str, dispatcher, security: Security | None = None) -> UcxServer:
         security = _refuse_tls(security, f"server at {address}")
         host, port = _split_address(address, "server")
-        return UcxServer(host, port, dispatcher, security)
+        return UcxServer(host, port, dispatcher, security, idle_timeout=self.idle_timeout)
 
     def channel(self, address: str, security: Security | None = None) -> UcxChannel:
         security = _refuse_tls(security, f"channel to {address}")
