@@ -61,6 +61,10 @@ INIT = _register([VAR, _node("init", "Const", dtype=F32,
                   _node("assign", "Assign", ["v:0", "init:0"], T=F32, use_locking={"b": True},
                         validate_shape={"b": True})], fetches=["assign:0"])
 READ = _register([VAR, _node("read", "Identity", ["v:0"], T=F32)], fetches=["read:0"])
+# Reads a variable nothing initialises: every step fails (a failed step does not end by itself).
+FAILING = _register([_node("u", "Variable", container={"s": ""}, dtype=F32, shape={"shape": [3]},
+                           shared_name={"s": "never-initialised"}), _node("read_u", "Identity", ["u:0"], T=F32)],
+                    fetches=["read_u:0"])
 
 
 class Client:
@@ -180,23 +184,64 @@ def test_registered_graphs_are_bounded_and_idle_ones_give_way(inproc):
 def test_steps_never_cleaned_up_are_bounded(inproc):
     srv, client = inproc("steps", Limits(max_steps=8))
     handle = client.call("RegisterGraph", READ)[0]["handle"]
+    failing = client.call("RegisterGraph", FAILING)[0]["handle"]
     init = client.call("RegisterGraph", INIT)[0]["handle"]
     client.read(init, 100)
-    for step in range(8):  # a master that dies after each step never sends CleanupStep
-        client.call("RunGraph", {"handle": handle, "step_id": step})
+    for step in range(8):  # failed steps of a master that died: nobody sends CleanupStep
+        with pytest.raises(errors.FailedPreconditionError):
+            client.call("RunGraph", {"handle": failing, "step_id": step})
     with pytest.raises(errors.ResourceExhaustedError, match=r"8 steps in progress.*Limits.max_steps"):
         client.call("RunGraph", {"handle": handle, "step_id": 8})
     client.call("CleanupStep", {"step_id": 0})
     np.testing.assert_array_equal(client.read(handle, 8), INITIAL)
 
     srv, client = inproc("steps-idle", Limits(max_steps=8, step_idle_seconds=0.0))
-    handle = client.call("RegisterGraph", READ)[0]["handle"]
-    client.read(client.call("RegisterGraph", INIT)[0]["handle"], 100)
+    failing = client.call("RegisterGraph", FAILING)[0]["handle"]
     for step in range(1000, 1500):  # steps nothing uses any more give way to new ones
-        client.call("RunGraph", {"handle": handle, "step_id": step})
+        with pytest.raises(errors.FailedPreconditionError):
+            client.call("RunGraph", {"handle": failing, "step_id": step})
     assert len(srv.worker._steps) <= 8
     with pytest.raises(errors.AbortedError, match="forgotten"):  # a late request of one fails at once
-        client.call("RunGraph", {"handle": handle, "step_id": 1000})
+        client.call("RunGraph", {"handle": failing, "step_id": 1000})
+
+
+def test_a_step_that_succeeded_ends_by_itself_without_cleanup_step(inproc):
+    srv, client = inproc("steps-end")
+    client.read(client.call("RegisterGraph", INIT)[0]["handle"], 100)
+    handle = client.call("RegisterGraph", READ)[0]["handle"]
+    for step in range(200, 300):  # no CleanupStep: the graph sends nothing to other tasks
+        header, (value,) = client.call("RunGraph", {"handle": handle, "step_id": step})
+        assert header["ends_here"] is True
+        np.testing.assert_array_equal(value, INITIAL)
+    assert srv.worker._steps == {}
+    # a session's steps across tasks, whose values are pulled, end everywhere by themselves too
+    spec = {"ps": ["inproc-steps-end:2"], "worker": ["inproc-steps-end:3"]}
+    servers = [Server(spec, "ps", 0, transport="inproc"), Server(spec, "worker", 0, transport="inproc")]
+    try:
+        with tw.Graph().as_default() as g:
+            with tw.device("/job:ps/task:0"):
+                v = tw.Variable(0.0)
+            with tw.device("/job:worker/task:0"):
+                delta = tw.ones([])
+            update = tw.assign_add(v, delta)
+        with tw.Session(servers[1].target, graph=g) as sess:
+            sess.run(v.initializer)
+            methods = []
+            for task in (("ps", 0), ("worker", 0)):
+                client = sess._client(*task)
+
+                def counting(method, *args, _call=client.call, **kw):
+                    methods.append(method)
+                    return _call(method, *args, **kw)
+                client.call = counting
+            for _ in range(20):
+                sess.run(update)
+            assert sess.run(v) == 20.0
+            assert methods.count("RunGraph") == 41 and "CleanupStep" not in methods  # 20 x 2 tasks + the read
+            assert all(s.worker._steps == {} for s in servers)
+    finally:
+        for s in servers:
+            s.stop()
 
 
 def test_one_health_checker_per_process_however_many_sessions():

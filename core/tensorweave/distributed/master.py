@@ -215,6 +215,8 @@ class DistributedSession(Session):
         gone = functools.partial(self._caller_gone, step)
         if caller is not None and not caller.on_gone(gone):
             gone()
+        ended_there = set()  # tasks where the step ends by itself, once it succeeded
+        succeeded = False
         try:
             futures = {}
             for task, info in tasks:
@@ -239,7 +241,9 @@ class DistributedSession(Session):
                             (hdr, results[task]), sent, answered = pending.pop(task).result()
                             traced[task] = (hdr, sent, answered)
                         else:
-                            results[task] = pending.pop(task).result()[1]
+                            hdr, results[task] = pending.pop(task).result()
+                        if hdr.get("ends_here") is True:
+                            ended_there.add(task)
                     except errors.OpError as e:
                         if isinstance(e, errors.NotFoundError) and _UNKNOWN_GRAPH in e.message:
                             # The task restarted since this plan was registered: every plan
@@ -261,13 +265,19 @@ class DistributedSession(Session):
                 errs.append(step.error)
             if errs:
                 raise _root_cause(errs, step.error)
+            succeeded = True
         finally:
             if caller is not None:
                 caller.forget(gone)
             self._active_steps.discard(step)
-            cleanup = self._rpc.submit(self._cleanup, step)
-            self._cleanups.add(cleanup)
-            cleanup.add_done_callback(self._cleanups.discard)
+            # A step that succeeded ended by itself on the tasks that said so (worker._progress);
+            # the others, and every task of a failed step, are told.
+            if succeeded:
+                step.tasks = [t for t in step.tasks if t not in ended_there]
+            if step.tasks:
+                cleanup = self._rpc.submit(self._cleanup, step)
+                self._cleanups.add(cleanup)
+                cleanup.add_done_callback(self._cleanups.discard)
         if run_metadata is not None:
             run_metadata.placement = dict(plan.placement)
             if tracing:

@@ -101,6 +101,11 @@ class WorkerRendezvous(LocalRendezvous):
         self.last_used = time.monotonic()
         self.active = 0  # RunGraph and RecvTensor calls of this step in progress here
         self.aborted = False  # aborted before it started here: its RunGraph runs nothing
+        # A step ends here by itself (no CleanupStep) once its RunGraph succeeded and the
+        # values other tasks pull were pulled (_Registered.remote_sends; None: wait for it).
+        self.ran = False
+        self.pulls_expected: int | None = None
+        self.pulls_served = 0
 
     @property
     def collective_executor(self):
@@ -151,7 +156,7 @@ class _Once:
 class _Registered:
     """One plan's partitions on this worker."""
 
-    def __init__(self, partitions, feed_names, fetch_names, feed_index, fetch_index, nbytes=0):
+    def __init__(self, partitions, feed_names, fetch_names, feed_index, fetch_index, nbytes=0, remote_sends=None):
         self.partitions = partitions      # CompiledPartitions
         self.feed_names = feed_names      # names the master sends values for, in order
         self.fetch_names = fetch_names    # names returned, in order
@@ -160,6 +165,10 @@ class _Registered:
         self.nbytes = nbytes              # the size of its RegisterGraph message
         self.last_used = time.monotonic()
         self.running = 0                  # RunGraph calls in progress
+        # Values other tasks pull in each step (Sends to their devices), when that number is
+        # the same in every step (no Send in a loop): a step of such a graph ends on this
+        # task by itself once its RunGraph is done and they were pulled (no CleanupStep needed).
+        self.remote_sends = remote_sends
 
 
 class Worker:
@@ -370,15 +379,18 @@ class Worker:
         fetch_names = header.get("fetches", [])
         feed_types = header.get("feed_types", {})
         reg = plugins.registry()
-        compiled, feed_index, produced = [], [], {}
+        compiled, feed_index, produced, remote_sends = [], [], {}, 0
         for i, p in enumerate(parts):
             device = self._by_name.get(p["device"])
             if device is None:
                 raise errors.InvalidArgumentError(
                     f"RegisterGraph: device {p['device'][:200]!r} is not on this task ({self.prefix}); "
                     f"it has {sorted(self._by_name)}")
-            cp, feeds, fetches = self._compile(device, p["graph_def"], constants, feed_names, feed_types,
-                                               fetch_names, _loops(p.get("loops", {})), reg)
+            loops = _loops(p.get("loops", {}))
+            cp, feeds, fetches, sends = self._compile(device, p["graph_def"], constants, feed_names, feed_types,
+                                                      fetch_names, loops, reg)
+            remote_sends = None if loops or remote_sends is None else \
+                remote_sends + sum(1 for tr in sends if not self.is_local(tr.dst.name))
             compiled.append(cp)
             feed_index.append([feed_names.index(f) for f in feeds])
             for j, f in enumerate(fetches):
@@ -387,7 +399,8 @@ class Worker:
         if missing:
             raise errors.InvalidArgumentError(f"RegisterGraph: no partition produces fetches {missing}")
         handle = f"{self.prefix}/graph-{next(self._graph_ids)}"
-        entry = _Registered(compiled, feed_names, fetch_names, feed_index, [produced[f] for f in fetch_names], nbytes)
+        entry = _Registered(compiled, feed_names, fetch_names, feed_index, [produced[f] for f in fetch_names], nbytes,
+                            remote_sends)
         with self._lock:
             self._make_room_for_graph(nbytes, time.monotonic())
             self._graphs[handle] = entry
@@ -489,7 +502,7 @@ class Worker:
         cp = CompiledPartition(exec_nodes, feed_tensors, [g.as_graph_element(f) for f in fetches], device,
                                reg.kernels, self.resources, self.kernel_cache, None,
                                recvs=recv_transfers, sends=send_transfers, loops=loops)
-        return cp, feeds, fetches
+        return cp, feeds, fetches, send_transfers
 
     def deregister_graph(self, payload: bytes) -> bytes:
         header, _ = self._request("DeregisterGraph", payload)
@@ -533,6 +546,7 @@ class Worker:
         """One step of ``g``; ``received`` (when the request was taken up, on the wall clock)
         is given for a traced step, whose stats go back with the fetches."""
         rv = self.rendezvous(step_id, use=1)
+        rv.pulls_expected = g.remote_sends
         # A master that dies mid-step sends no AbortStep: when this RunGraph's caller goes away
         # (the transport reports its connection lost), the step is aborted and forgotten here,
         # so nothing of it waits on (a dequeue, a Recv) until Limits.step_idle_seconds.
@@ -540,12 +554,30 @@ class Worker:
         gone = functools.partial(self._caller_gone, rv)
         if call is not None and not call.on_gone(gone):
             gone()
+        ok = False
         try:
-            return self._run_partitions(g, rv, tensors, timeout, received)
+            out = self._run_partitions(g, rv, tensors, timeout, received)
+            ok = True
+            return out
         finally:
             if call is not None:
                 call.forget(gone)
             self.release(rv)
+            if ok:
+                self._progress(rv, ran=True)
+
+    def _progress(self, rv: WorkerRendezvous, ran: bool = False, pulled: int = 0) -> None:
+        """Step ``rv`` ran here or had a value pulled: once both are complete (and it did not
+        fail), the step ends here as a CleanupStep would end it. The master skips the
+        CleanupStep of such steps (the RunGraph answer says ``"ends_here"``): one request per
+        task and step fewer on the path every distributed step pays."""
+        with self._lock:
+            rv.ran = rv.ran or ran
+            rv.pulls_served += pulled
+            if (rv.ran and rv.pulls_expected is not None and rv.pulls_served >= rv.pulls_expected
+                    and rv.error is None and self._steps.get(rv.step_id) is rv):
+                del self._steps[rv.step_id]
+                self._end_step(rv.step_id)
 
     def _caller_gone(self, rv: WorkerRendezvous) -> None:
         """The master of step ``rv`` went away mid-step: abort it and forget it, as its
@@ -610,12 +642,15 @@ class Worker:
             root = rv.error if rv.error is not None else err
             raise root if isinstance(root, errors.OpError) else errors.InternalError(str(root))
         out = [np.asarray(results[i][j]) for i, j in g.fetch_index]
+        answer = {"fetches": g.fetch_names}
+        if g.remote_sends is not None:
+            answer["ends_here"] = True  # see _progress
         if stats is None:
-            return wire.encode_response({"fetches": g.fetch_names}, out)
-        encoded = wire.encode_step_stats(stats.step_stats())
+            return wire.encode_response(answer, out)
+        answer["step_stats"] = wire.encode_step_stats(stats.step_stats())
         # Stamped last: the master's estimate subtracts everything between the two stamps.
-        return wire.encode_response({"fetches": g.fetch_names, "step_stats": encoded,
-                                     "clock": {"received_ns": received, "replied_ns": time.time_ns()}}, out)
+        answer["clock"] = {"received_ns": received, "replied_ns": time.time_ns()}
+        return wire.encode_response(answer, out)
 
     def abort_step(self, payload: bytes) -> bytes:
         header, _ = self._request("AbortStep", payload)
@@ -701,6 +736,7 @@ class Worker:
                 done(lambda: iter([wire.encode_error(failure)]))
             else:
                 done(lambda: chunks(value))
+                self._progress(rv, pulled=1)
 
         def cancel() -> bool:
             if not claimed.acquire(blocking=False):
