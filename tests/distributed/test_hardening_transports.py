@@ -39,7 +39,7 @@ DEV = "/job:worker/replica:0/task:0/device:CPU:0"
 TRANSPORTS = [pytest.param(name, marks=pytest.mark.skipif(
     name not in {n for n, _ in plugins.registry().transports.items()}, reason=f"needs the {name} transport"))
     for name in ("grpc", "ucx")]
-IDLE_TIMEOUT = 2.0  # the ucx worker's TENSORWEAVE_UCX_IDLE_TIMEOUT here
+IDLE_TIMEOUT = 2.0  # the ucx worker's [timeouts] idle here
 
 
 def _ucx_available() -> bool:
@@ -53,8 +53,8 @@ needs_ucx = pytest.mark.skipif(not _ucx_available(), reason="needs the ucx trans
 
 @pytest.fixture(scope="module", params=TRANSPORTS)
 def cluster(request):
-    env = {"TENSORWEAVE_UCX_IDLE_TIMEOUT": str(IDLE_TIMEOUT)}
-    with LocalCluster({"worker": 1}, request.param, health_check_interval=0.5, env=env) as c:
+    idle = {"timeouts": {"idle": IDLE_TIMEOUT}}
+    with LocalCluster({"worker": 1}, request.param, health_check_interval=0.5, extra=idle) as c:
         yield c
 
 

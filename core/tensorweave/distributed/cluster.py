@@ -56,7 +56,7 @@ _TOP_KEYS = ("cluster", "task", "transport", "transport_pairs", "tls", "auth",
              "health_check_interval", "timeouts", "max_message_bytes", "files", "limits")
 _TLS_KEYS = ("cert", "key", "root", "server_name")
 _AUTH_KEYS = ("token_env", "token_file")
-_TIMEOUT_KEYS = ("connect", "request", "health_check")
+_TIMEOUT_KEYS = ("connect", "request", "health_check", "idle")
 _TASK_KEYS = ("type", "index")
 _FILES_KEYS = ("allow",)
 
@@ -255,6 +255,7 @@ class Timeouts:
     connect: float = DEFAULT_CONNECT_TIMEOUT     # waiting for a task to come up
     request: float = DEFAULT_REQUEST_TIMEOUT     # one control request (not a RunGraph: steps use RunOptions)
     health_check: float | None = None            # one health-check reply
+    idle: float | None = None                    # a peer's unfinished request (None: the transport's default)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -381,7 +382,7 @@ class ClusterConfig:
                 self.spec._tasks(j)
         if role not in (None, "server", "client"):
             raise errors.InvalidArgumentError(f"security_for: role must be 'server', 'client' or None, got {role!r}")
-        sec = Security(token=self.token(), max_message_bytes=self.max_message_bytes)
+        sec = Security(token=self.token(), max_message_bytes=self.max_message_bytes, idle_timeout=self.timeouts.idle)
         tls = self.tls
         if tls is not None:
             if role in (None, "server") and tls.cert is not None:

@@ -128,6 +128,9 @@ class Security:
     # shared secret: clients send it, servers require it; kept out of repr (logs, tracebacks)
     token: str | None = dataclasses.field(default=None, repr=False)
     max_message_bytes: int = 1 << 31     # larger requests/responses are refused
+    # seconds a server lets a connection leave a request unfinished before dropping it
+    # (None: the transport's default; the config's [timeouts] idle)
+    idle_timeout: float | None = None
 
     @property
     def tls(self) -> bool:

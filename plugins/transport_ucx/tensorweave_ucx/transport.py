@@ -34,13 +34,15 @@ class UcxTransport:
 
     name = "ucx"
     #: Seconds a client may leave a request body unfinished before its connection is dropped
-    #: (None: ``server.IDLE_TIMEOUT``, or the TENSORWEAVE_UCX_IDLE_TIMEOUT environment variable).
+    #: (None: the server's ``security.idle_timeout`` — a cluster config's ``[timeouts] idle`` —
+    #: else ``server.IDLE_TIMEOUT``, or the TENSORWEAVE_UCX_IDLE_TIMEOUT environment variable).
     idle_timeout: float | None = None
 
     def server(self, address: str, dispatcher, security: Security | None = None) -> UcxServer:
         security = _refuse_tls(security, f"server at {address}")
         host, port = _split_address(address, "server")
-        return UcxServer(host, port, dispatcher, security, idle_timeout=self.idle_timeout)
+        idle = self.idle_timeout if self.idle_timeout is not None else security.idle_timeout
+        return UcxServer(host, port, dispatcher, security, idle_timeout=idle)
 
     def channel(self, address: str, security: Security | None = None) -> UcxChannel:
         security = _refuse_tls(security, f"channel to {address}")
