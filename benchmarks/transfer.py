@@ -13,8 +13,9 @@ each transport's ratio to raw TCP (best against best, median against median).
 
 ``--null-step`` measures instead the latency of a minimal distributed step — one scalar
 variable update on a ps task from 2 workers, 2 client threads at once — median and p99
-over ``--steps`` steps per client, for ``local`` (one process), ``inproc`` and each
-transport named::
+over ``--steps`` steps per client, for ``local`` (one process), ``inproc``, each
+transport named and, when it is installed, TensorFlow (``tf.compat.v1`` sessions on three
+``tf.distribute.Server`` processes of the same shape)::
 
     python benchmarks/transfer.py --null-step --transports grpc,ucx --steps 500
 
@@ -242,6 +243,91 @@ def bench_null_step(name: str, steps: int, warmup: int = 20) -> list[float]:
     return times[0] + times[1]
 
 
+# TensorFlow's figure for the same step, when it is installed in the benchmark environment:
+# three ``tf.distribute.Server`` processes (1 ps, 2 workers) on loopback, the same graph through
+# ``tf.compat.v1`` sessions, 2 client threads.
+_TF_TASK = """
+import sys, json
+import tensorflow as tf
+cluster = json.loads(sys.argv[1])
+server = tf.distribute.Server(tf.train.ClusterSpec(cluster), job_name=sys.argv[2], task_index=int(sys.argv[3]),
+                              start=True)
+print("ready", flush=True)
+sys.stdin.read()
+"""
+
+
+def _have_tensorflow() -> bool:
+    import importlib.util
+
+    return importlib.util.find_spec("tensorflow") is not None
+
+
+def bench_null_step_tf(steps: int, warmup: int = 20) -> list[float]:
+    """TensorFlow's null step on a cluster of the same shape (seconds per step, both clients)."""
+    import json
+    import threading
+
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import tensorflow as tf
+
+    from tensorweave.distributed import launcher
+
+    tf1 = tf.compat.v1
+    tf1.disable_eager_execution()
+    ports = launcher.pick_ports(3)
+    cluster = {"ps": [f"127.0.0.1:{ports[0]}"], "worker": [f"127.0.0.1:{ports[1]}", f"127.0.0.1:{ports[2]}"]}
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", CUDA_VISIBLE_DEVICES="")
+    procs = [subprocess.Popen([sys.executable, "-c", _TF_TASK, json.dumps(cluster), job, str(i)],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=env,
+                              text=True)
+             for job, i in (("ps", 0), ("worker", 0), ("worker", 1))]
+    try:
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError("a TensorFlow task did not start")
+        g = tf1.Graph()
+        with g.as_default():
+            with tf1.device("/job:ps/task:0"):
+                v = tf1.Variable(0.0, name="counter")
+            updates = []
+            for i in range(2):
+                with tf1.device(f"/job:worker/task:{i}"):
+                    delta = tf1.ones([], name=f"delta_{i}")
+                updates.append(tf1.assign_add(v, delta, use_locking=True).op)
+        times: list[list[float]] = [[], []]
+        sessions = [tf1.Session(f"grpc://{cluster['worker'][i]}", graph=g) for i in range(2)]
+        try:
+            sessions[0].run(v.initializer)
+            start = threading.Barrier(2, timeout=120)
+
+            def client(i):
+                run = sessions[i].make_callable(updates[i])
+                for _ in range(warmup):
+                    run()
+                start.wait()
+                for _ in range(steps):
+                    t0 = time.perf_counter()
+                    run()
+                    times[i].append(time.perf_counter() - t0)
+            threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(2)]
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join(600)
+            total = sessions[0].run(v)
+        finally:
+            for sess in sessions:
+                sess.close()
+        assert total == 2 * (steps + warmup), f"tensorflow: {total} updates counted"
+        return times[0] + times[1]
+    finally:
+        for p in procs:
+            p.stdin.close()
+            p.kill()
+            p.wait(30)
+
+
 def bench_unary(name: str, calls: int, nbytes: int) -> list[float]:
     from tensorweave.distributed import transport
 
@@ -272,8 +358,9 @@ def null_step_main(transports: list[str], steps: int) -> None:
     print(f"null step: assign_add of a scalar on /job:ps/task:0 from 2 workers, 2 client threads at once, "
           f"{steps} steps each ({os.cpu_count()} CPUs)")
     print(f"{'':10s} {'median ms':>10s} {'p99 ms':>8s} {'steps/s (both clients)':>24s}", flush=True)
-    for name in ["local", *transports]:
-        times = sorted(bench_null_step(name, steps))
+    rows = ["local", *transports] + (["tensorflow"] if _have_tensorflow() else [])
+    for name in rows:
+        times = sorted(bench_null_step_tf(steps) if name == "tensorflow" else bench_null_step(name, steps))
         p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
         print(f"{name:10s} {statistics.median(times) * 1e3:10.3f} {p99 * 1e3:8.3f} "
               f"{2 / statistics.mean(times):24.0f}", flush=True)
