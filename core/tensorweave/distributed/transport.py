@@ -215,6 +215,24 @@ def _run_all(fns) -> None:
 _CALL = threading.local()
 
 
+def loop_future(loop):
+    """(a future of the asyncio ``loop``, ``settle(value)``): ``settle`` may be called from any
+    thread; the first value wins, later ones are ignored, and so is a loop already closed (the
+    process is exiting). How a server running on an event loop waits, holding no thread, for
+    the answer of a deferred stream (``ServiceDispatcher.start_stream``)."""
+    future = loop.create_future()
+
+    def settle(value):
+        def set_result():
+            if not future.done():
+                future.set_result(value)
+        try:
+            loop.call_soon_threadsafe(set_result)
+        except RuntimeError:  # the loop is closed
+            pass
+    return future, settle
+
+
 def current_call() -> CallContext | None:
     """The ``CallContext`` of the request this thread is serving, or None (no request, or a
     transport that cannot tell when its caller goes away)."""

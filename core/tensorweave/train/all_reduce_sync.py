@@ -43,7 +43,7 @@ from tensorweave.framework.indexed_slices import IndexedSlices
 from tensorweave.ops import array_ops, collective_ops, control_flow_ops, state_ops
 from tensorweave.ops.variables import global_variables
 from tensorweave.train.hooks import SessionRunHook
-from tensorweave.train.optimizer import Optimizer
+from tensorweave.train.optimizer import Optimizer, WrappingOptimizer
 
 __all__ = ["AllReduceSyncOptimizer"]
 
@@ -53,7 +53,7 @@ BROADCAST_OFFSET = 1 << 20
 _COLLECTIVE_DTYPES = (dtypes_mod.float16, dtypes_mod.float32, dtypes_mod.float64, dtypes_mod.int32, dtypes_mod.int64)
 
 
-class AllReduceSyncOptimizer(Optimizer):
+class AllReduceSyncOptimizer(WrappingOptimizer):
     """Averages each gradient over ``num_workers`` replicas by all-reduce before the wrapped
     optimizer applies it (see the module docstring). ``pack_gradients=False`` all-reduces each
     gradient on its own; ``timeout`` (seconds, 0: the collectives' default) bounds how long a
@@ -80,10 +80,6 @@ class AllReduceSyncOptimizer(Optimizer):
         self._var_list = None
 
     num_workers = property(lambda self: self._num_workers)
-
-    def compute_gradients(self, *args, **kwargs):
-        """The wrapped optimizer's gradients (of this replica's loss)."""
-        return self._opt.compute_gradients(*args, **kwargs)
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """The mean of each gradient over the workers, applied by the wrapped optimizer; the
@@ -176,16 +172,6 @@ class AllReduceSyncOptimizer(Optimizer):
         """A hook that runs ``broadcast_variables_op(is_chief)`` once a session is created
         (after the scaffold's initialisation): the replicas start from the chief's values."""
         return _BroadcastVariablesHook(self, is_chief)
-
-    # delegated to the wrapped optimizer
-    def get_slot(self, *args, **kwargs):
-        return self._opt.get_slot(*args, **kwargs)
-
-    def get_slot_names(self, *args, **kwargs):
-        return self._opt.get_slot_names(*args, **kwargs)
-
-    def variables(self):
-        return self._opt.variables()
 
 
 class _BroadcastVariablesHook(SessionRunHook):

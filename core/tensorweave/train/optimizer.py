@@ -344,6 +344,25 @@ class Optimizer:
         return _group(update_ops, name_scope)
 
 
+class WrappingOptimizer(Optimizer):
+    """An optimizer around another one (``self._opt``) that changes how gradients reach it
+    (``SyncReplicasOptimizer``, ``AllReduceSyncOptimizer``): the gradients, slots and
+    variables are the wrapped optimizer's."""
+
+    def compute_gradients(self, *args, **kwargs):
+        """The wrapped optimizer's gradients (of this replica's loss)."""
+        return self._opt.compute_gradients(*args, **kwargs)
+
+    def get_slot(self, *args, **kwargs):
+        return self._opt.get_slot(*args, **kwargs)
+
+    def get_slot_names(self, *args, **kwargs):
+        return self._opt.get_slot_names(*args, **kwargs)
+
+    def variables(self):
+        return self._opt.variables()
+
+
 def _deduplicate_indexed_slices(values, indices):
     """``(summed values, unique indices)``: one slice per distinct index, the sum of its
     slices (TensorFlow's ``_deduplicate_indexed_slices``)."""

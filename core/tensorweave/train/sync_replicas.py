@@ -46,7 +46,7 @@ from tensorweave.ops.accumulator_ops import ConditionalAccumulator
 from tensorweave.ops.data_flow_ops import FIFOQueue
 from tensorweave.ops.variables import Variable
 from tensorweave.train.hooks import SessionRunHook
-from tensorweave.train.optimizer import Optimizer
+from tensorweave.train.optimizer import Optimizer, WrappingOptimizer
 from tensorweave.train.queue_runner import QueueRunner
 from tensorweave.train.training_util import assert_global_step
 
@@ -59,7 +59,7 @@ def _cpu_of(device: str) -> str:
     return DeviceSpec(spec.job, spec.replica, spec.task, "CPU").to_string()
 
 
-class SyncReplicasOptimizer(Optimizer):
+class SyncReplicasOptimizer(WrappingOptimizer):
     """Aggregates gradients from replicas before one update (see the module docstring)."""
 
     def __init__(self, opt, replicas_to_aggregate, total_num_replicas=None, variable_averages=None,
@@ -93,10 +93,6 @@ class SyncReplicasOptimizer(Optimizer):
     # TF1 attribute names
     replicas_to_aggregate = property(lambda self: self._replicas_to_aggregate)
     total_num_replicas = property(lambda self: self._total_num_replicas)
-
-    def compute_gradients(self, *args, **kwargs):
-        """The wrapped optimizer's gradients (of this replica's loss)."""
-        return self._opt.compute_gradients(*args, **kwargs)
 
     def apply_gradients(self, grads_and_vars, global_step=None, name=None):
         """Build this replica's ``train_op`` (returned) and the chief's ``sync_op`` (run by
@@ -219,16 +215,6 @@ class SyncReplicasOptimizer(Optimizer):
         (the chief: also the accumulators and ``num_tokens`` tokens) and, on the chief,
         starts the sync queue runner with the session's coordinator."""
         return _SyncReplicasOptimizerHook(self, is_chief, num_tokens)
-
-    # delegated to the wrapped optimizer
-    def get_slot(self, *args, **kwargs):
-        return self._opt.get_slot(*args, **kwargs)
-
-    def get_slot_names(self, *args, **kwargs):
-        return self._opt.get_slot_names(*args, **kwargs)
-
-    def variables(self):
-        return self._opt.variables()
 
 
 class _SyncReplicasOptimizerHook(SessionRunHook):

@@ -125,17 +125,7 @@ class WorkerServiceHandler(grpc.GenericRpcHandler):
 
     async def _deferred(self, method: str, payload: bytes):
         """Wait, holding no thread, for the deferred stream's answer; its ``make_chunks``."""
-        loop = asyncio.get_running_loop()
-        answer = loop.create_future()
-
-        def done(make):
-            def settle():
-                if not answer.done():
-                    answer.set_result(make)
-            try:
-                loop.call_soon_threadsafe(settle)
-            except RuntimeError:  # the loop is closed: the process is exiting
-                pass
+        answer, done = transport.loop_future(asyncio.get_running_loop())
 
         cancel = self._dispatcher.start_stream(method, payload, done)
         try:

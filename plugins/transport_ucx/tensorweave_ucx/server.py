@@ -34,7 +34,7 @@ import os
 import threading
 
 from tensorweave.distributed import wire
-from tensorweave.distributed.transport import CONTROL_METHODS, CallContext, Security, ServiceDispatcher
+from tensorweave.distributed.transport import CONTROL_METHODS, CallContext, Security, ServiceDispatcher, loop_future
 from tensorweave.framework import errors
 
 from . import env, framing
@@ -266,17 +266,7 @@ class UcxServer:
                 f"{method}: {conn.waiting} requests already wait on this connection, the most a server keeps "
                 f"(MAX_WAITING_PER_CONNECTION)")
             return lambda: iter([wire.encode_error(err)])
-        loop = asyncio.get_running_loop()
-        answer = loop.create_future()
-
-        def done(make):
-            def settle():
-                if not answer.done():
-                    answer.set_result(make)
-            try:
-                loop.call_soon_threadsafe(settle)
-            except RuntimeError:  # the loop is closed: the process is exiting
-                pass
+        answer, done = loop_future(asyncio.get_running_loop())
 
         conn.waiting += 1
         cancel = self._dispatcher.start_stream(method, payload, done)
