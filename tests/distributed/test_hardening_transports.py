@@ -139,7 +139,8 @@ def test_a_client_killed_mid_step_leaves_nothing_running(cluster, master):
         client.wait(30)
         _poll(lambda: _idle(cluster), "the dead client's step is aborted and forgotten on the worker", timeout=20)
         if master == "client":  # (a thin client's session keeps its threads until it expires)
-            _poll(lambda: _threads(pid) <= baseline, f"the worker's threads back to {baseline}", timeout=20)
+            # (pools keep threads they started while busy: a few more than before is no wait holding one)
+            _poll(lambda: _threads(pid) <= baseline + 4, f"the worker's threads back to {baseline} (+4)", timeout=20)
     finally:
         if client.poll() is None:
             client.kill()
@@ -199,7 +200,9 @@ def test_waiting_recv_tensors_hold_no_thread_and_control_calls_answer(cluster):
                 c.result(30)
         pool.shutdown()
         _poll(lambda: cluster.health("worker")["waiting_recvs"] == 0, "the waits are withdrawn", timeout=20)
-        _poll(lambda: _threads(pid) <= baseline, f"the worker's threads back to {baseline}", timeout=20)
+        # Pools keep the threads they started while busy (the session's steps above): a few
+        # more than before is fine, one per wait (80) is what this guards against.
+        _poll(lambda: _threads(pid) <= baseline + 4, f"the worker's threads back to {baseline} (+4)", timeout=20)
         control = transport.channel(address, cluster.security())
         try:
             for method in ("AbortStep", "CleanupStep"):

@@ -27,7 +27,9 @@ initialized the variables.
 from __future__ import annotations
 
 import collections
+import dataclasses
 import logging
+import os
 import time
 
 from tensorweave.distributed.server import Server
@@ -141,7 +143,7 @@ def train_and_evaluate(estimator, train_spec, eval_spec):
     role = config.task_type
     log.info("Running the %r task %d of the cluster.", role, config.task_id)
     if role == TaskType.PS:
-        return _run_ps(config)
+        return _run_ps(config, estimator.model_dir)
     if role in (TaskType.CHIEF, TaskType.WORKER, TaskType.MASTER):
         return _run_trainer(estimator, train_spec, config)
     if role == TaskType.EVALUATOR:
@@ -167,13 +169,20 @@ def _run_local(estimator, train_spec, eval_spec):
     return listener.eval_result, None
 
 
-def _server(config):
-    return Server(config.cluster_config, job_name=config.task_type, task_index=config.task_id,
+def _server(config, model_dir):
+    """This task's server. Its ops write the checkpoints and summaries of ``model_dir`` for the
+    chief's session, so the directory is one the task lets clients use files in (besides its
+    config's ``[files] allow``, or its working directory)."""
+    cc = config.cluster_config
+    allow = cc.files_allow if cc.files_allow is not None else (os.getcwd(),)
+    if model_dir:
+        allow = (*allow, os.path.abspath(model_dir))
+    return Server(dataclasses.replace(cc, files_allow=allow), job_name=config.task_type, task_index=config.task_id,
                   config=config.session_config)
 
 
-def _run_ps(config):
-    server = _server(config)
+def _run_ps(config, model_dir):
+    server = _server(config, model_dir)
     log.info("ps task %d serving at %s", config.task_id, server.target)
     server.join()
     return None, None
@@ -189,7 +198,7 @@ def _wait_for_cluster(config):
 
 
 def _run_trainer(estimator, train_spec, config):
-    server = _server(config)
+    server = _server(config, estimator.model_dir)
     try:
         _wait_for_cluster(config)
         estimator.train(train_spec.input_fn, hooks=list(train_spec.hooks), max_steps=train_spec.max_steps)
