@@ -194,7 +194,6 @@ def bench_null_step(name: str, steps: int, warmup: int = 20) -> list[float]:
     """Seconds per step of each of 2 client threads updating one scalar on the ps at once
     (``name`` "local": the same graph in one process, on one device)."""
     import contextlib
-    import threading
 
     import tensorweave as tw
 
@@ -208,39 +207,49 @@ def bench_null_step(name: str, steps: int, warmup: int = 20) -> list[float]:
             with tw.device(None if local else f"/job:worker/task:{i}"):
                 delta = tw.ones([], name=f"delta_{i}")
             updates.append(tw.assign_add(v, delta, use_locking=True).op)
-    times: list[list[float]] = [[], []]
-    errors: list[BaseException] = []
     with contextlib.ExitStack() as stack:
         target = "" if local else stack.enter_context(_null_step_cluster(name))
         sessions = [stack.enter_context(tw.Session(target, graph=g)) for _ in range(2)]
         if local:
             sessions = sessions[:1] * 2  # a local session's variables are its own
         sessions[0].run(v.initializer)
-        start = threading.Barrier(2, timeout=60)
-
-        def client(i):
-            try:
-                run = sessions[i].make_callable(updates[i])
-                for _ in range(warmup):
-                    run()
-                start.wait()
-                for _ in range(steps):
-                    t0 = time.perf_counter()
-                    run()
-                    times[i].append(time.perf_counter() - t0)
-            except BaseException as e:  # noqa: BLE001 - re-raised below
-                errors.append(e)
-                start.abort()
-        threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(2)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join(600)
-        if errors:
-            raise errors[0]
+        times = _time_clients([s.make_callable(u) for s, u in zip(sessions, updates)], steps, warmup)
         total = sessions[0].run(v)
     assert total == 2 * (steps + warmup), f"{name}: {total} updates counted, expected {2 * (steps + warmup)}"
-    return times[0] + times[1]
+    return times
+
+
+def _time_clients(runs, steps: int, warmup: int) -> list[float]:
+    """Seconds per call of each ``runs[i]()``, all called at once from a thread each
+    (``warmup`` calls first, then ``steps`` timed ones after a common start); a client's error
+    is raised here."""
+    import threading
+
+    times: list[list[float]] = [[] for _ in runs]
+    errors: list[BaseException] = []
+    start = threading.Barrier(len(runs), timeout=120)
+
+    def client(i):
+        try:
+            run = runs[i]
+            for _ in range(warmup):
+                run()
+            start.wait()
+            for _ in range(steps):
+                t0 = time.perf_counter()
+                run()
+                times[i].append(time.perf_counter() - t0)
+        except BaseException as e:  # noqa: BLE001 - re-raised below
+            errors.append(e)
+            start.abort()
+    threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(len(runs))]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(600)
+    if errors:
+        raise errors[0]
+    return [t for per_client in times for t in per_client]
 
 
 # TensorFlow's figure for the same step, when it is installed in the benchmark environment:
@@ -266,7 +275,6 @@ def _have_tensorflow() -> bool:
 def bench_null_step_tf(steps: int, warmup: int = 20) -> list[float]:
     """TensorFlow's null step on a cluster of the same shape (seconds per step, both clients)."""
     import json
-    import threading
 
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     import tensorflow as tf
@@ -295,32 +303,16 @@ def bench_null_step_tf(steps: int, warmup: int = 20) -> list[float]:
                 with tf1.device(f"/job:worker/task:{i}"):
                     delta = tf1.ones([], name=f"delta_{i}")
                 updates.append(tf1.assign_add(v, delta, use_locking=True).op)
-        times: list[list[float]] = [[], []]
         sessions = [tf1.Session(f"grpc://{cluster['worker'][i]}", graph=g) for i in range(2)]
         try:
             sessions[0].run(v.initializer)
-            start = threading.Barrier(2, timeout=120)
-
-            def client(i):
-                run = sessions[i].make_callable(updates[i])
-                for _ in range(warmup):
-                    run()
-                start.wait()
-                for _ in range(steps):
-                    t0 = time.perf_counter()
-                    run()
-                    times[i].append(time.perf_counter() - t0)
-            threads = [threading.Thread(target=client, args=(i,), daemon=True) for i in range(2)]
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join(600)
+            times = _time_clients([s.make_callable(u) for s, u in zip(sessions, updates)], steps, warmup)
             total = sessions[0].run(v)
         finally:
             for sess in sessions:
                 sess.close()
         assert total == 2 * (steps + warmup), f"tensorflow: {total} updates counted"
-        return times[0] + times[1]
+        return times
     finally:
         for p in procs:
             p.stdin.close()
