@@ -36,6 +36,7 @@ from tensorweave.distributed.launcher import pick_ports
 from tensorweave.distributed.master import DistributedSession, HealthMonitor
 from tensorweave.distributed.server import Server
 from tensorweave.distributed.testing import LocalCluster
+from tensorweave.distributed.testing import poll as _poll
 from tensorweave.distributed.transport import Security, get_transport
 from tensorweave.distributed.worker import Limits
 
@@ -110,15 +111,6 @@ def inproc():
             c.close()
         for s in servers:
             s.stop()
-
-
-def _poll(predicate, what, timeout=30.0):
-    """Wait (polling, with a deadline) until ``predicate()`` holds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what}")
-        time.sleep(0.02)
 
 
 # ----------------------------------------------------------------------------------------

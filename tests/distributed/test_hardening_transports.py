@@ -33,6 +33,7 @@ import tensorweave as tw
 from tensorweave import errors, plugins
 from tensorweave.distributed import wire
 from tensorweave.distributed.testing import LocalCluster
+from tensorweave.distributed.testing import poll as _poll
 from tensorweave.distributed.transport import get_transport
 
 DEV = "/job:worker/replica:0/task:0/device:CPU:0"
@@ -56,15 +57,6 @@ def cluster(request):
     idle = {"timeouts": {"idle": IDLE_TIMEOUT}}
     with LocalCluster({"worker": 1}, request.param, health_check_interval=0.5, extra=idle) as c:
         yield c
-
-
-def _poll(predicate, what, timeout=30.0):
-    """Wait (polling, with a deadline) until ``predicate()`` holds."""
-    deadline = time.monotonic() + timeout
-    while not predicate():
-        if time.monotonic() > deadline:
-            raise AssertionError(f"not within {timeout} s: {what() if callable(what) else what}")
-        time.sleep(0.02)
 
 
 def _status(pid: int, field: str) -> int:

@@ -9,6 +9,7 @@ leaving the ``with`` block, and from ``atexit``) continues stopped processes and
 process groups. Each task also exits on its own when the process that started it dies, so
 even a killed test run leaves nothing behind. Only transports that cross processes can be
 used (``grpc``, ``ucx``); ``inproc`` is an error naming the alternatives.
+``poll(predicate, what)`` waits for a state with a deadline (tests never sleep for a server).
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import signal
 import subprocess
 import tempfile
 import threading
+import time
 import weakref
 
 from tensorweave.distributed import launcher, wire
@@ -208,6 +210,17 @@ class LocalCluster:
     def __del__(self):
         if not getattr(self, "_closed", True):
             self.close()
+
+
+def poll(predicate, what, timeout: float = 30.0, interval: float = 0.02) -> None:
+    """Wait until ``predicate()`` holds, checking every ``interval`` seconds; after ``timeout``
+    an AssertionError saying ``what`` (a string, or a callable giving one then: the state
+    that was not reached). What tests use instead of sleeping for a server."""
+    deadline = time.monotonic() + timeout
+    while not predicate():
+        if time.monotonic() > deadline:
+            raise AssertionError(f"not within {timeout} s: {what() if callable(what) else what}")
+        time.sleep(interval)
 
 
 @atexit.register
