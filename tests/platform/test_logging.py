@@ -5,17 +5,7 @@ import subprocess
 import sys
 import textwrap
 
-import pytest
-
 import tensorweave as tw
-
-
-@pytest.fixture(autouse=True)
-def _restore_level():
-    logger = logging.getLogger("tensorweave")
-    level = logger.level
-    yield
-    logger.setLevel(level)
 
 
 def test_levels_are_the_standard_ones():
