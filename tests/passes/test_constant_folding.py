@@ -114,3 +114,45 @@ def test_nodes_pinned_to_another_device_type_are_not_folded():
         c = tw.constant(1.0) + 2.0
     assert not constant_folding.foldable(a.op)
     assert constant_folding.foldable(b.op) and constant_folding.foldable(c.op)
+
+
+def test_ones_like_of_a_known_shape_folds_and_the_loss_is_not_computed_for_its_gradient():
+    # gradients() seeds with ones_like(loss): folded, a step that only trains never computes
+    # the loss (a Mean here), and the mean's gradient (RealDiv/Reshape/BroadcastTo of shapes)
+    # becomes a constant.
+    x = tw.placeholder(tw.float32, [None, 3], name="x")
+    w = tw.Variable(np.ones((3, 2), np.float32), name="w")
+    loss = tw.reduce_mean(tw.matmul(x, w), name="loss")
+    train = tw.train.GradientDescentOptimizer(0.5).minimize(loss)
+    feed = {x: np.arange(12, dtype=np.float32).reshape(4, 3)}
+    with tw.Session() as s:
+        s.run(tw.global_variables_initializer())
+        _, nodes = _run(train, feed, sess=s)
+        types = _types(nodes)
+        assert "OnesLike" not in types and "Mean" not in types and "BroadcastTo" not in types
+        # d mean(x @ w) / dw = mean over the batch of x, per column, over 2 columns
+        np.testing.assert_allclose(s.run(w), 1.0 - 0.5 * feed[x].mean(axis=0)[:, None] / 2 * np.ones((1, 2)),
+                                   rtol=1e-6)
+        # fetching the loss still computes it (and ones_like of it is not a constant then)
+        assert s.run(loss, feed) == pytest.approx(float((feed[x] @ s.run(w)).mean()))
+
+
+@pytest.mark.parametrize("op,value", [(tw.ones_like, 1), (tw.zeros_like, 0)])
+def test_ones_and_zeros_like_fold_for_their_consumers_keeping_dtype(op, value):
+    x = tw.placeholder(tw.int32, [None], name="x")
+    y = op(x) * 3 + x
+    out, nodes = _run(y, {x: np.array([1, 2], np.int32)})
+    np.testing.assert_array_equal(out, np.array([1, 2]) + 3 * value)
+    assert out.dtype == np.int32
+    assert "OnesLike" not in _types(nodes) and "ZerosLike" not in _types(nodes)
+
+
+def test_arithmetic_on_shapes_folds_on_a_pinned_device_but_arithmetic_on_constants_does_not():
+    from tensorweave.passes import constant_folding
+
+    g = tw.Graph()
+    with g.as_default(), tw.device("/device:GPU:0"):
+        a = tw.constant(1.0) + 2.0
+    # the user's constants on a pinned device: computed there; values made of shapes fold
+    assert not constant_folding.foldable(a.op)
+    assert constant_folding.foldable(a.op, from_shapes=True)

@@ -13,7 +13,16 @@ that its remaining consumers read; pruning then drops what nothing needs any mor
 
 Shape, Size and Rank of a tensor whose static shape is fully defined fold too, whatever
 their input (the shape is known without computing it): gradient graphs are full of them,
-and a plan specialised to the shapes fed (client/plan.py) has every shape it can.
+and a plan specialised to the shapes fed (client/plan.py) has every shape it can. So do
+OnesLike and ZerosLike of such a tensor (a value made of its shape alone: the gradients'
+``grad_ys`` is ``ones_like(loss)``, which otherwise keeps the loss computed in a training
+step that does not fetch it).
+
+Values computed from shapes fold on every device: a node pinned to a device type other than
+the CPU folds when one of its inputs came from a shape (the Reshape/BroadcastTo/RealDiv a
+mean's gradient builds from its input's shape, under the user's ``tw.device``), so the
+device does not spend launches on what the plan already knows. A node pinned elsewhere whose
+inputs are only the user's constants is computed there, as asked.
 
 In plans with control flow, a folded value keeps its place in the frames: its Const waits
 (control inputs) for the ops whose shapes it read and for the control inputs of the
@@ -46,16 +55,19 @@ NEVER_FOLD = frozenset(CONTROL_FLOW_OPS) | {
 }
 
 
-def foldable(op) -> bool:
+def foldable(op, from_shapes: bool = False) -> bool:
+    """Whether ``op`` may be computed once on the host. ``from_shapes``: one of its inputs is
+    a value computed from shapes (see the module docstring)."""
     d = op.op_def
     if d.stateful or op.type in NEVER_FOLD or d.outputs_ref or not op.outputs or not op._inputs:
         return False
     if op._control_inputs or any(a.is_ref for a in d.inputs):
         return False
     # A node pinned to another device type is computed there, as asked (device kernel tests
-    # and benchmarks build their inputs from constants); unpinned and CPU nodes fold.
+    # and benchmarks build their inputs from constants); unpinned and CPU nodes fold, and so
+    # does arithmetic on shapes wherever it was placed.
     dev_type = _device_type(op._device)
-    return dev_type in ("", "CPU")
+    return from_shapes or dev_type in ("", "CPU")
 
 
 _dev_types: dict = {}
@@ -90,6 +102,8 @@ def _fits(t, v) -> bool:
 
 # Ops whose output follows from their input's static shape alone (when fully defined).
 SHAPE_OPS = frozenset({"Shape", "Size", "Rank"})
+# Ops whose value is made of their input's shape and dtype alone.
+LIKE_OPS = {"OnesLike": np.ones, "ZerosLike": np.zeros}
 _VARIABLE_OPS = frozenset({"Variable", "VariableV2"})
 
 
@@ -107,6 +121,7 @@ def fold_constants(nodes, kernels, host_device, resources=None, fed=(), fetched=
     fed = set(fed)
     value: dict = {}
     out: dict = {}
+    from_shapes: set = set()  # folded tensors computed from shapes (foldable on any device)
     frames = anchors is not None
     anchor: dict = {}  # tensor -> frozenset of ops its value waits for (frames only)
     # Creation order: inputs come first (a loop's back edge only means less folding).
@@ -118,18 +133,26 @@ def fold_constants(nodes, kernels, host_device, resources=None, fed=(), fetched=
                 if op._control_inputs:
                     anchor[t] = frozenset(op._control_inputs)
             continue
-        if shapes and op._op_def.name in SHAPE_OPS and not op._control_inputs:
+        if shapes and (op._op_def.name in SHAPE_OPS or op._op_def.name in LIKE_OPS) and not op._control_inputs:
             t = op._outputs[0]
             # not of a variable: assign(validate_shape=False) may change its shape
-            v = constant_value(t) if t not in fed and op._inputs[0].op.type not in _VARIABLE_OPS else None
+            v = None
+            if t not in fed and op._inputs[0].op.type not in _VARIABLE_OPS:
+                if op._op_def.name not in LIKE_OPS:
+                    v = constant_value(t)
+                elif not (frames and op._inputs[0].op._op_def.name in CONTROL_FLOW_OPS):
+                    # (a Switch's control edge is live on both branches: the zeros a cond's
+                    # gradient makes for the branch not taken must stay dead with it)
+                    v = _like(op)
             if v is not None:
                 value[t] = v
+                from_shapes.add(t)
                 if frames and op._inputs[0] not in fed:  # a fed value is there from the start
                     anchor[t] = frozenset((op._inputs[0].op,))
                 if t not in fetched:
                     out[t] = v
                 continue
-        if not foldable(op) or any(t not in value for t in op._inputs):
+        if any(t not in value for t in op._inputs) or not foldable(op, any(t in from_shapes for t in op._inputs)):
             continue
         kd = kernels.lookup(op.type, host_device.device_type, op._attrs)
         if kd is None or kd.is_async or kd.takes_context:
@@ -147,8 +170,11 @@ def fold_constants(nodes, kernels, host_device, resources=None, fed=(), fetched=
         if not all(_fits(t, v) for t, v in zip(op._outputs, outs)) or any(t in fed for t in op._outputs):
             continue
         waits = frozenset().union(*(anchor.get(t, ()) for t in op._inputs)) if frames else None
+        derived = any(t in from_shapes for t in op._inputs)
         for t, v in zip(op._outputs, outs):
             value[t] = v
+            if derived:
+                from_shapes.add(t)
             if waits:
                 anchor[t] = waits
             if t not in fetched:
@@ -156,6 +182,21 @@ def fold_constants(nodes, kernels, host_device, resources=None, fed=(), fetched=
     if frames:
         anchors.update((t, anchor[t]) for t in out if t in anchor)
     return out
+
+
+def _like(op):
+    """The value of OnesLike/ZerosLike ``op`` when its input's shape is known, else None."""
+    x = op._inputs[0]
+    if not x._shape.is_fully_defined():
+        return None
+    try:
+        dtype = np.dtype(op._outputs[0].dtype.as_numpy_dtype)
+    except Exception:  # noqa: BLE001 - a dtype NumPy cannot hold: computed at run time
+        return None
+    shape = x._shape.as_tuple()
+    if dtype.kind not in "biufc" or int(np.prod(shape, dtype=np.int64)) * dtype.itemsize > MAX_BYTES:
+        return None
+    return LIKE_OPS[op._op_def.name](shape, dtype)
 
 
 def constant_folding_pass(plan) -> None:
