@@ -10,6 +10,7 @@ from tensorweave.passes.cse import cse_pass
 from tensorweave.passes.fusion import FUSED, fused_kernel, fusion_pass
 from tensorweave.passes.prune import prune_pass
 from tensorweave.passes.recv_scheduling import recv_scheduling_pass
+from tensorweave.passes.update_grouping import update_grouping_pass
 from tensorweave.plugins import hookimpl
 
 
@@ -24,6 +25,7 @@ def tensorweave_register_passes(registry):
     # Fusion last before partitioning: it sees each device's final nodes (the compression
     # pass's conversions included), and what it makes is never taken apart again.
     registry.register("elementwise_fusion", fusion_pass, order=50, stage="post_placement")
+    registry.register("update_grouping", update_grouping_pass, order=60, stage="post_placement")
     registry.register("recv_scheduling", recv_scheduling_pass, order=10, stage="post_partition")
 
 

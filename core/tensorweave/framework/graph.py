@@ -720,13 +720,14 @@ def apply_op(op_type: str, inputs=(), attrs: dict | None = None, name: str | Non
     flat_inputs: list[Tensor] = []
     with g.as_default():
         for arg, val in zip(op_def.inputs, inputs):
-            if arg.is_ref:
-                val = val._ref() if hasattr(val, "_ref") else val
-                if not (isinstance(val, Tensor) and val.op.op_def.outputs_ref):
-                    raise errors.InvalidArgumentError(
-                        f"{where}: input '{arg.name}' must be a variable, got "
-                        f"{getattr(val, 'name', repr(val))}" + (f" from {val.op.type}" if isinstance(val, Tensor) else ""))
             vals = list(val) if arg.is_list else [val]
+            if arg.is_ref:
+                vals = [v._ref() if hasattr(v, "_ref") else v for v in vals]
+                for v in vals:
+                    if not (isinstance(v, Tensor) and v.op.op_def.outputs_ref):
+                        raise errors.InvalidArgumentError(
+                            f"{where}: input '{arg.name}' must be a variable, got "
+                            f"{getattr(v, 'name', repr(v))}" + (f" from {v.op.type}" if isinstance(v, Tensor) else ""))
             if arg.number_attr:
                 n = attrs.setdefault(arg.number_attr, len(vals))
                 if n != len(vals):

@@ -14,6 +14,11 @@ rows of the variable and its slots only, in place (``kernels/state.py``); the ot
 not read or written. Rows are applied in order, so a repeated index is updated twice (the
 optimizers sum repeated indices first, as TensorFlow's do). There is no
 SparseApplyGradientDescent, as in TensorFlow: plain SGD's sparse step is a ScatterSub.
+
+``_GroupedApplyGradientDescent`` (ours, never built by users) is N ApplyGradientDescent updates
+of distinct variables with one ``alpha``, in one kernel: the plan pass
+``passes/update_grouping.py`` makes it on devices that have a kernel for it, so a device
+launches one update per step instead of one per variable.
 """
 
 from __future__ import annotations
@@ -150,6 +155,28 @@ def register_ops(reg):
         inputs = [f"{n}: Ref(T)" if n in refs else f"{n}: T" for n in order]
         reg.op(op_type, inputs=inputs, outputs=["out: T"], attrs=[_T, _LOCKING] + extra,
                shape_fn=_make_shape_fn(op_type), stateful=True, doc=docs[op_type])
+    register_grouped_ops(reg)
+
+
+GROUPED_GD = "_GroupedApplyGradientDescent"
+
+
+def _grouped_shape_fn(op):
+    n = op.get_attr("N")
+    names = op.get_attr("names") or [op.name] * n
+    var, alpha, delta = op.inputs[:n], op.inputs[n], op.inputs[n + 1:]
+    for v, d, name in zip(var, delta, names):
+        _merged_shape({"var": v, "delta": d}, ["delta"], f"update '{name}': ")
+    _check_scalars({"alpha": alpha}, ["alpha"])
+    return []
+
+
+def register_grouped_ops(reg):
+    reg.op(GROUPED_GD, inputs=["var: N * Ref(T)", "alpha: T", "delta: N * T"], outputs=[],
+           attrs=[_T, "N: int >= 1", _LOCKING, "names: list(string) = []"], shape_fn=_grouped_shape_fn,
+           stateful=True,
+           doc="var[i] -= alpha * delta[i] for each of N distinct variables, in one kernel "
+               "(made by the update-grouping plan pass from N ApplyGradientDescent nodes, named by names).")
 
 
 def _attrs(use_locking, **kw):

@@ -26,7 +26,9 @@ class GraphOptions:
     ``TENSORWEAVE_ELEMENTWISE_FUSION=0``/``1`` overrides it. ``enable_loop_compilation``:
     run each while loop whose frame sits on one device as one node with a flat
     per-iteration schedule (runtime/loops.py) instead of routing every activation through
-    frames; ``TENSORWEAVE_LOOP_COMPILATION=0``/``1`` overrides it.
+    frames; ``TENSORWEAVE_LOOP_COMPILATION=0``/``1`` overrides it. ``enable_update_grouping``:
+    apply the gradient-descent updates of distinct variables on a device in one kernel
+    (passes/update_grouping.py); ``TENSORWEAVE_UPDATE_GROUPING=0``/``1`` overrides it.
     """
 
     enable_cse: bool = True
@@ -35,6 +37,7 @@ class GraphOptions:
     enable_bfloat16_sendrecv: bool = False
     enable_elementwise_fusion: bool = True
     enable_loop_compilation: bool = True
+    enable_update_grouping: bool = True
 
 
 @dataclasses.dataclass

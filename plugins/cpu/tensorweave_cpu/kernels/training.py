@@ -18,6 +18,7 @@ import numpy as np
 
 from tensorweave.framework import errors
 from tensorweave.kernels import state
+from tensorweave.ops.training_ops import GROUPED_GD
 from tensorweave.runtime.containers import StoreUpdate
 
 CPU = "CPU"
@@ -173,8 +174,36 @@ def _sparse_factory(op_type):
     return factory
 
 
+def _grouped_factory(ctx):
+    """_GroupedApplyGradientDescent (passes/update_grouping.py): N ApplyGradientDescent updates
+    in one node, each with its own semantics (a new array stored), under all N locks."""
+    n = ctx.attrs["N"]
+    stores = [ctx.ref_input(i) for i in range(n)]
+    guard = StoreUpdate(ctx, stores)
+    alpha_name = ctx.op.inputs[n].name
+    names = ctx.attrs.get("names") or [ctx.node_name] * n
+
+    def update(alpha, *deltas):
+        if np.ndim(alpha) != 0:
+            raise ctx.error(errors.InvalidArgumentError,
+                            f"'{alpha_name}' must be a scalar, got a value of shape {np.shape(alpha)}")
+        with guard:
+            current = [s.read() for s in stores]
+            for s, cur, d, name in zip(stores, current, deltas, names):
+                if d.shape != cur.shape:
+                    raise ctx.error(errors.InvalidArgumentError,
+                                    f"update '{name}': gradient of shape {d.shape} does not match "
+                                    f"variable {s.name} of shape {cur.shape}")
+            new = [np.asarray(cur - alpha * d, dtype=cur.dtype) for cur, d in zip(current, deltas)]
+            for s, x in zip(stores, new):
+                s.value = x
+        return None
+    return update
+
+
 def register(reg):
     for op_type in _KERNELS:
         reg.register(op_type, CPU, factory=_factory(op_type))
+    reg.register(GROUPED_GD, CPU, factory=_grouped_factory)
     for op_type in _SPARSE_KERNELS:
         reg.register(op_type, CPU, factory=_sparse_factory(op_type))

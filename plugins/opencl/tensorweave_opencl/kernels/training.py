@@ -19,9 +19,10 @@ from __future__ import annotations
 
 from tensorweave.framework import errors
 from tensorweave.kernels import state
+from tensorweave.ops.training_ops import GROUPED_GD
 from tensorweave.runtime.containers import StoreUpdate
 from tensorweave_opencl import program
-from tensorweave_opencl.kernels.common import BUF, FLOAT, I32, INDEX, OPENCL, host, launcher, num_elements
+from tensorweave_opencl.kernels.common import BUF, FLOAT, I32, INDEX, OPENCL, host, launcher, num_elements, what
 from tensorweave_opencl.kernels.scatter import CLRows, row_groups
 
 # op -> (kernel, number of ref inputs, index of the gradient among the other inputs)
@@ -107,9 +108,61 @@ def _sparse_factory(op_type):
     return factory
 
 
+def _grouped_source(n: int) -> str:
+    """OpenCL C of one gradient-descent launch over ``n`` variables: work item i updates
+    element i of the variables laid end to end (variable k has ``c<k>`` elements)."""
+    params = ", ".join(f"__global T* n{k}, __global const T* v{k}, __global const T* d{k}, const int c{k}"
+                       for k in range(n))
+    body = "".join(f"    if (i < c{k}) {{ n{k}[i] = v{k}[i] - a * d{k}[i]; return; }}\n    i -= c{k};\n"
+                   for k in range(n))
+    return (f"__kernel void grouped_gd({params}, __global const T* alpha)\n{{\n"
+            f"    int i = get_global_id(0);\n    const T a = alpha[0];\n{body}}}\n")
+
+
+def _grouped_factory(ctx):
+    """_GroupedApplyGradientDescent (passes/update_grouping.py): every variable's update in
+    one launch, with ApplyGradientDescent's semantics per variable (fresh buffers stored)."""
+    n = ctx.attrs["N"]
+    dt = ctx.attrs["T"].np_dtype
+    runtime = ctx.device.runtime
+    prg = program.build(runtime, f"grouped_gd[{n}]", {"T": program.ctype(dt)}, what=what(ctx),
+                        text=_grouped_source(n))
+    launch = program.Launcher(runtime, prg, "grouped_gd", [BUF, BUF, BUF, I32] * n + [BUF])
+    stores = [ctx.ref_input(i) for i in range(n)]
+    guard = StoreUpdate(ctx, stores)
+    alpha_name = ctx.op.inputs[n].name
+    names = ctx.attrs.get("names") or [ctx.node_name] * n
+    device = ctx.device
+
+    def update(alpha, *deltas):
+        if alpha.shape != ():
+            raise ctx.error(errors.InvalidArgumentError,
+                            f"'{alpha_name}' must be a scalar, got a value of shape {alpha.shape}")
+        with guard:
+            current = [s.read_on(device) for s in stores]
+            for s, cur, d, name in zip(stores, current, deltas, names):
+                if d.shape != cur.shape:
+                    raise ctx.error(errors.InvalidArgumentError,
+                                    f"update '{name}': gradient of shape {d.shape} does not match "
+                                    f"variable {s.name} of shape {cur.shape}")
+            new = [device.empty(c.shape, c.dtype) for c in current]
+            args, total = [], 0
+            for x, c, d in zip(new, current, deltas):
+                size = num_elements(c.shape)
+                args += [x.block.buf, c.block.buf, d.block.buf, size]
+                total += size
+            if total:
+                launch.run(total, *args, alpha.block.buf)
+            for s, x in zip(stores, new):
+                s.value = x
+        return None
+    return update
+
+
 def register(reg):
     for op_type in KERNELS:
         reg.register(op_type, OPENCL, factory=_factory(op_type), constraints={"T": FLOAT})
+    reg.register(GROUPED_GD, OPENCL, factory=_grouped_factory, constraints={"T": FLOAT})
     for op_type in SPARSE_KERNELS:
         reg.register(op_type, OPENCL, factory=_sparse_factory(op_type), constraints={"T": FLOAT, "Tindices": INDEX},
                      host_memory=("indices",))
