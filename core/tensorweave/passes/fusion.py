@@ -275,7 +275,7 @@ def fuse(plan, fusers: dict) -> int:
             continue
         node = plan_graph.add_node(plan, FUSED, [list(inputs)], expr.to_attrs(), name=f"{root.name}/fused",
                                    device=root._device, order=root._id)
-        _take_name(plan.graph, node, root)
+        take_name(plan.graph, node, root)
         device_of[node] = device_of[root]
         new_out = node._outputs[0]
         try:
@@ -295,7 +295,7 @@ def fuse(plan, fusers: dict) -> int:
     return fused_count
 
 
-def _take_name(graph, node, root) -> None:
+def take_name(graph, node, root) -> None:
     """Give the fused node its root's name (and its output the root's tensor name): errors,
     traces, fetch names and partition graphs then name the user's node. The root stays in
     the plan graph's node list, nameless, until the plan goes."""

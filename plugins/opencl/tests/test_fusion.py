@@ -129,3 +129,74 @@ def test_a_training_step_ends_with_the_same_weights():
     (w_on, n_on), (w_off, n_off) = train(None), train(OFF)
     assert n_on >= 1 and n_off == 0
     assert _bits(w_on) == _bits(w_off)
+
+
+@pytest.mark.parametrize("variant", ["blocked", "tiled"])
+@pytest.mark.parametrize("activation", [None, "relu", "relu6"])
+def test_fused_matmul_epilogue_agrees_with_the_separate_kernels(variant, activation, monkeypatch):
+    from tensorweave_opencl.kernels import matmul
+
+    monkeypatch.setattr(matmul.MatMul, "variant", variant)
+    rng = np.random.default_rng(3)
+    a = (rng.standard_normal((5, 7)) * 4).astype(np.float32)
+    b = rng.standard_normal((7, 10)).astype(np.float32)   # 10 columns: a full and a partial group of 8
+    bias = rng.standard_normal(10).astype(np.float32)
+
+    def run(config):
+        g = tw.Graph()
+        with g.as_default(), tw.device(OPENCL0):
+            x = tw.placeholder(tw.float32, [None, 7])
+            y = tw.matmul(x, tw.constant(b)) + tw.constant(bias)
+            if activation:
+                y = getattr(tw.nn, activation)(y)
+            md = tw.RunMetadata()
+            with tw.Session(graph=g, config=config) as s:
+                out = s.run(y, {x: a}, options=tw.RunOptions(output_partition_graphs=True), run_metadata=md)
+        return out, [n["op"] for gd in md.partition_graphs for n in gd["node"] if n["op"] != "Const"]
+
+    (fused, ops), (separate, ops_off) = run(None), run(OFF)
+    assert ops == ["_FusedMatMul"] and "MatMul" in ops_off
+    assert _bits(fused) == _bits(separate)
+
+
+def test_an_mlp_step_launches_at_most_half_the_kernels_of_the_unoptimised_plan(monkeypatch):
+    # The benchmark's OpenCL mlp step (64->128->10, None batch): constant folding of the
+    # gradient's shape arithmetic, matmul + bias + Relu epilogues, element-wise fusion and the
+    # grouped update together. Counted at the plugin's launchers.
+    from tensorweave_opencl import program
+
+    launched = []
+    call, run1 = program.Launcher.__call__, program.Launcher.run
+    monkeypatch.setattr(program.Launcher, "__call__", lambda self, *a: (launched.append(self.name), call(self, *a)))
+    monkeypatch.setattr(program.Launcher, "run", lambda self, *a: (launched.append(self.name), run1(self, *a)))
+    rng = np.random.default_rng(4)
+    xb = rng.random((64, 64), np.float32)
+    yb = rng.integers(0, 10, 64).astype(np.int32)
+    w1_0 = (rng.standard_normal((64, 128)) * 0.1).astype(np.float32)
+    w2_0 = (rng.standard_normal((128, 10)) * 0.1).astype(np.float32)
+    none = tw.ConfigProto(graph_options=tw.GraphOptions(
+        enable_constant_folding=False, enable_elementwise_fusion=False, enable_update_grouping=False))
+
+    def step(config):
+        g = tw.Graph()
+        with g.as_default(), tw.device(OPENCL0):
+            x = tw.placeholder(tw.float32, [None, 64])
+            y = tw.placeholder(tw.int32, [None])
+            w1, b1 = tw.Variable(w1_0), tw.Variable(np.zeros(128, np.float32))
+            w2, b2 = tw.Variable(w2_0), tw.Variable(np.zeros(10, np.float32))
+            logits = tw.matmul(tw.nn.relu(tw.matmul(x, w1) + b1), w2) + b2
+            loss = tw.reduce_mean(tw.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=logits))
+            train = tw.train.GradientDescentOptimizer(0.1).minimize(loss)
+            with tw.Session(graph=g, config=config) as s:
+                s.run(tw.global_variables_initializer())
+                for _ in range(2):
+                    s.run(train, {x: xb, y: yb})
+                launched.clear()
+                s.run(train, {x: xb, y: yb})
+                n = len(launched)
+                return n, s.run([w1, b1, w2, b2])
+
+    (optimised, values), (plain, reference) = step(None), step(none)
+    assert 2 * optimised <= plain, (optimised, plain)
+    for v, r in zip(values, reference):
+        np.testing.assert_allclose(v, r, rtol=1e-5, atol=1e-6)

@@ -10,6 +10,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.ops.fusion_ops import FUSED_MATMUL
 from tensorweave_cpu import blas
 
 CPU = "CPU"
@@ -108,6 +109,28 @@ def _matmul(ctx):
     if ta:
         return lambda a, b: blas.matmul(a.T, b)
     return lambda a, b: blas.matmul(a, b.T)
+
+
+def _fused_matmul(ctx):
+    """_FusedMatMul (passes/matmul_fusion.py): the product, then its bias added and the
+    activation applied in place, with the values MatMul, Add and Relu/Relu6 give."""
+    ta, tb = ctx.attrs["transpose_a"], ctx.attrs["transpose_b"]
+    act = list(ctx.attrs["fused_ops"])[1:]
+    relu6 = act == ["Relu6"]
+    relu = act == ["Relu"]
+
+    def f(a, b, bias):
+        out = blas.matmul(a.T if ta else a, b.T if tb else b)
+        if bias.shape != out.shape[1:]:
+            raise ctx.error(errors.InvalidArgumentError,
+                            f"bias of shape {bias.shape} for a product of shape {out.shape}")
+        out += bias
+        if relu:
+            np.maximum(out, 0, out=out)
+        elif relu6:
+            np.clip(out, 0, 6, out=out)
+        return out
+    return f
 
 
 def _squared_difference(ctx):
@@ -421,6 +444,7 @@ def register(reg):
     reg.register("Sigmoid", CPU, factory=_same_dtype(lambda x: 0.5 * (np.tanh(0.5 * x) + 1)))
     reg.register("Cast", CPU, factory=_cast)
     reg.register("MatMul", CPU, factory=_matmul)
+    reg.register(FUSED_MATMUL, CPU, factory=_fused_matmul)
     reg.register("ComplexAbs", CPU, factory=_complex_abs)
     reg.register("Conj", CPU, np.conjugate)
     reg.register("AddN", CPU, factory=_add_n)

@@ -7,6 +7,8 @@
 // Defines: T element type, V its 8-wide vector type (float8, ...), TS tile size, RB rows per
 // work item, TA/TB 1 to transpose A/B. A is M x K after op(), stored [M, K] (TA 0) or [K, M]
 // (TA 1); B is K x N. Batches are get_global_id(2), `stride_*` elements apart (0: shared).
+// Epilogue (_FusedMatMul): with BIAS defined the kernels take one more buffer, `bias`, added
+// to each row; RELU 1 / RELU6 1 then rectify, with the element-wise kernels' expressions.
 
 #if TA
 #define A_AT(m, k) A[(k) * M + (m)]
@@ -22,9 +24,32 @@
 #define B_ROW8(k, n) vload8(0, B + (k) * N + (n))
 #endif
 
+#ifdef BIAS
+#define BIAS_ARG , __global const T* bias
+#else
+#define BIAS_ARG
+#endif
+#if RELU
+#define ACT(x) ((x) < 0 ? (T)0 : (x))
+#define ACT8(v) select((v), (V)(0), isless((v), (V)(0)))
+#elif RELU6
+#define ACT(x) ((x) < 0 ? (T)0 : ((x) > 6 ? (T)6 : (x)))
+#define ACT8(v) select(select((v), (V)(0), isless((v), (V)(0))), (V)(6), isgreater((v), (V)(6)))
+#else
+#define ACT(x) (x)
+#define ACT8(v) (v)
+#endif
+#ifdef BIAS
+#define EPI(x, n) ACT((x) + bias[n])
+#define EPI8(v, n) ACT8((v) + vload8(0, bias + (n)))
+#else
+#define EPI(x, n) (x)
+#define EPI8(v, n) (v)
+#endif
+
 __kernel __attribute__((reqd_work_group_size(TS, TS, 1)))
 void matmul_tiled(__global T* C, __global const T* A0, __global const T* B0, const int M, const int N,
-                  const int K, const int stride_a, const int stride_b)
+                  const int K, const int stride_a, const int stride_b BIAS_ARG)
 {
     const int col = get_global_id(0);
     const int row = get_global_id(1);
@@ -47,12 +72,12 @@ void matmul_tiled(__global T* C, __global const T* A0, __global const T* B0, con
         barrier(CLK_LOCAL_MEM_FENCE);
     }
     if (row < M && col < N)
-        C[(long)batch * M * N + row * N + col] = acc;
+        C[(long)batch * M * N + row * N + col] = EPI(acc, col);
 }
 
 // Work item (i, j) computes rows RB*j .. RB*j+RB-1, columns 8*i .. 8*i+7 of C.
 __kernel void matmul_blocked(__global T* C0, __global const T* A0, __global const T* B0, const int M,
-                             const int N, const int K, const int stride_a, const int stride_b)
+                             const int N, const int K, const int stride_a, const int stride_b BIAS_ARG)
 {
     const int n0 = get_global_id(0) * 8;
     const int m0 = get_global_id(1) * RB;
@@ -70,13 +95,13 @@ __kernel void matmul_blocked(__global T* C0, __global const T* A0, __global cons
                 acc[r] += A_AT(min(m0 + r, M - 1), k) * b;  // clamped: rows past M are computed, not stored
         }
         for (int r = 0; r < RB && m0 + r < M; ++r)
-            vstore8(acc[r], 0, C + (m0 + r) * N + n0);
+            vstore8(EPI8(acc[r], n0), 0, C + (m0 + r) * N + n0);
     } else {  // the last, partial group of columns
         for (int r = 0; r < RB && m0 + r < M; ++r)
             for (int n = n0; n < N; ++n) {
                 T s = 0;
                 for (int k = 0; k < K; ++k) s += A_AT(m0 + r, k) * B_AT(k, n);
-                C[(m0 + r) * N + n] = s;
+                C[(m0 + r) * N + n] = EPI(s, n);
             }
     }
 }

@@ -7,8 +7,9 @@ dimension of the launch; adj_x/adj_y transpose (the element types here are real)
 from __future__ import annotations
 
 from tensorweave.framework import errors
+from tensorweave.ops.fusion_ops import FUSED_MATMUL
 from tensorweave_opencl import program
-from tensorweave_opencl.kernels.common import BUF, I32, NUMERIC, OPENCL, launcher, num_elements
+from tensorweave_opencl.kernels.common import BUF, FLOAT, I32, NUMERIC, OPENCL, launcher, num_elements
 
 TS = 16     # tile size of matmul_tiled
 RB = 4      # rows per work item of matmul_blocked (times 8 columns)
@@ -22,7 +23,7 @@ def _round(n: int, m: int) -> int:
 class MatMul:
     variant = None  # "tiled" or "blocked" to force a kernel (tests); None: by device kind
 
-    def __init__(self, ctx, ta: bool, tb: bool):
+    def __init__(self, ctx, ta: bool, tb: bool, epilogue: tuple = ()):
         self.ctx = ctx
         self.device = ctx.device
         self.ta, self.tb = ta, tb
@@ -32,8 +33,13 @@ class MatMul:
         variant = self.variant or ("blocked" if ctx.device.runtime.is_cpu else "tiled")
         self.blocked = variant == "blocked"
         defines = {"T": ct, "V": f"{ct}8", "TS": TS, "RB": RB, "TA": int(ta), "TB": int(tb)}
-        self.launch = launcher(ctx, "matmul.cl", f"matmul_{variant}", [BUF, BUF, BUF, I32, I32, I32, I32, I32],
-                               defines)
+        # epilogue: () or ("BiasAdd", [activation]) of a _FusedMatMul
+        scalars = [BUF, BUF, BUF, I32, I32, I32, I32, I32]
+        if epilogue:
+            defines["BIAS"] = True
+            defines.update({a.upper(): 1 for a in epilogue[1:]})
+            scalars.append(BUF)
+        self.launch = launcher(ctx, "matmul.cl", f"matmul_{variant}", scalars, defines)
 
     def dims(self, sa, sb):
         m, ka = (sa[-1], sa[-2]) if self.ta else (sa[-2], sa[-1])
@@ -44,13 +50,13 @@ class MatMul:
                                  f"(transpose_a={self.ta}, transpose_b={self.tb})")
         return m, n, ka
 
-    def run(self, a, b, batch_shape, stride_a, stride_b):
+    def run(self, a, b, batch_shape, stride_a, stride_b, *bias):
         m, n, k = self.dims(a.shape, b.shape)
         out = self.device.empty(tuple(batch_shape) + (m, n), self.dtype)
         batches = num_elements(batch_shape)
         if m * n * batches == 0:
             return out
-        if k == 0:
+        if k == 0 and not bias:
             return _zeros(self.ctx, out)
         if self.blocked:
             ls = BLOCKED_LOCAL
@@ -58,7 +64,8 @@ class MatMul:
         else:
             ls = (TS, TS, 1)
             size = (_round(n, TS), _round(m, TS), batches)
-        self.launch(size, ls, out.block.buf, a.block.buf, b.block.buf, m, n, k, stride_a, stride_b)
+        self.launch(size, ls, out.block.buf, a.block.buf, b.block.buf, m, n, k, stride_a, stride_b,
+                    *[x.block.buf for x in bias])
         return out
 
 
@@ -77,6 +84,23 @@ def _matmul(ctx):
             raise ctx.error(errors.InvalidArgumentError, f"MatMul takes matrices, got shapes {a.shape} and {b.shape}")
         return mm.run(a, b, (), 0, 0)
     return matmul
+
+
+def _fused_matmul(ctx):
+    """_FusedMatMul (passes/matmul_fusion.py): the product's bias add and activation in the
+    kernel's epilogue, one launch."""
+    fused = tuple(ctx.attrs["fused_ops"])
+    mm = MatMul(ctx, ctx.attrs["transpose_a"], ctx.attrs["transpose_b"], fused)
+
+    def fused_matmul(a, b, bias):
+        if len(a.shape) != 2 or len(b.shape) != 2:
+            raise ctx.error(errors.InvalidArgumentError, f"MatMul takes matrices, got shapes {a.shape} and {b.shape}")
+        n = mm.dims(a.shape, b.shape)[1]
+        if tuple(bias.shape) != (n,):
+            raise ctx.error(errors.InvalidArgumentError,
+                            f"bias of shape {tuple(bias.shape)} for a product with {n} columns")
+        return mm.run(a, b, (), 0, 0, bias)
+    return fused_matmul
 
 
 def _batch_matmul(ctx):
@@ -100,3 +124,4 @@ def _batch_matmul(ctx):
 def register(reg):
     reg.register("MatMul", OPENCL, factory=_matmul, constraints={"T": NUMERIC})
     reg.register("BatchMatMul", OPENCL, factory=_batch_matmul, constraints={"T": NUMERIC})
+    reg.register(FUSED_MATMUL, OPENCL, factory=_fused_matmul, constraints={"T": FLOAT})

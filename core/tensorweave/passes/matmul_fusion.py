@@ -1,0 +1,119 @@
+"""Matmul fusion: ``MatMul -> bias add [-> Relu | Relu6]`` becomes one ``_FusedMatMul`` node
+(TensorFlow's remapper does the same on its CPU), so the device writes the product once,
+already biased and rectified, instead of launching one kernel for the product and another
+for what follows it.
+
+Runs on the plan graph after placement (stage ``post_placement``, before element-wise fusion,
+which would otherwise take the bias add and the activation into a group of their own), for
+devices whose type has a ``_FusedMatMul`` kernel. It is part of element-wise fusion's switch
+(``GraphOptions.enable_elementwise_fusion``, ``TENSORWEAVE_ELEMENTWISE_FUSION``).
+
+**Pattern.** A float MatMul whose product is read by exactly one node, a bias add: BiasAdd
+(NHWC), or Add/AddV2 whose other operand is a vector of static length equal to the
+product's static column count (the TF1 idiom ``tf.matmul(x, w) + b`` broadcasts exactly as
+a bias add); then, when the sum is read by exactly one node, a Relu or Relu6 of it. Nothing
+in the pattern but its last node may be fetched or have control inputs or dependents, and
+all its nodes are on one device. The fused node takes the last node's name (errors, traces
+and fetches name the user's node); gradients are unaffected (fusion runs on plans, after
+autodiff).
+"""
+
+from __future__ import annotations
+
+from tensorweave.ops.fusion_ops import FUSED_MATMUL, MATMUL_ACTIVATIONS
+from tensorweave.passes import fusion, plan_graph
+
+_ADDS = frozenset({"BiasAdd", "Add", "AddV2"})
+
+
+def matmul_fusion_pass(plan) -> None:
+    """Registered as ``matmul_fusion`` (stage ``post_placement``)."""
+    if not fusion.enabled(plan.config):
+        return
+    readers = _readers(plan)
+    fetched = set(plan.fetches)
+    has_kernel: dict = {}
+    replacements, ops, removed = {}, {}, set()
+    for mm in [op for op in plan.nodes if op._op_def.name == "MatMul"]:
+        dev = plan.device_of.get(mm)
+        dtype = mm._attrs.get("T")
+        if dev is None or dtype is None or dtype.name not in ("float32", "float64"):
+            continue
+        key = (dev.device_type, dtype)
+        if key not in has_kernel:
+            has_kernel[key] = plan.kernels.lookup(FUSED_MATMUL, dev.device_type, {"T": dtype}) is not None
+        if not has_kernel[key]:
+            continue
+        chain = _chain(mm, readers, fetched, plan.device_of)
+        if chain is None:
+            continue
+        add, bias, act = chain
+        last = act or add
+        attrs = {"T": dtype, "num_args": 1, "transpose_a": mm._attrs.get("transpose_a", False),
+                 "transpose_b": mm._attrs.get("transpose_b", False),
+                 "fused_ops": ["BiasAdd"] + ([act._op_def.name] if act is not None else [])}
+        node = plan_graph.add_node(plan, FUSED_MATMUL, [mm._inputs[0], mm._inputs[1], [bias]], attrs,
+                                   name=f"{last.name}/fused", device=last._device, order=last._id)
+        fusion.take_name(plan.graph, node, last)
+        plan.device_of[node] = plan.device_of[last]
+        out = node._outputs[0]
+        out._shape = out._shape.merge_with(last._outputs[0]._shape)
+        if hasattr(plan, "origin") and last in plan.origin:
+            plan.origin[node] = plan.origin[last]
+        replacements[last._outputs[0]] = out
+        ops[last] = node
+        removed.update(op for op in (mm, add, act) if op is not None)
+    if not replacements:
+        return
+    plan.nodes = [op for op in plan.nodes if op not in removed]
+    plan_graph.replace(plan, replacements, ops)
+    plan_graph.reprune(plan)
+
+
+def _readers(plan) -> dict:
+    """tensor -> the plan nodes that read it; an op -> whether anything waits for it."""
+    out: dict = {}
+    for op in plan.nodes:
+        for t in op._inputs:
+            out.setdefault(t, []).append(op)
+        for c in op._control_inputs:
+            out.setdefault(c, []).append(op)
+    return out
+
+
+def _inner(op, readers, fetched) -> bool:
+    """Whether ``op``'s output may disappear into a fused node: not fetched, no control
+    inputs, nothing waiting for it."""
+    return not op._control_inputs and op._outputs[0] not in fetched and op not in readers
+
+
+def _only_reader(t, readers, fetched):
+    users = readers.get(t, ())
+    return users[0] if len(users) == 1 and t not in fetched else None
+
+
+def _chain(mm, readers, fetched, device_of):
+    """(add, bias, activation or None) when ``mm`` starts the pattern, else None."""
+    product = mm._outputs[0]
+    if not _inner(mm, readers, fetched) or product._shape.ndims != 2:
+        return None
+    add = _only_reader(product, readers, fetched)
+    if add is None or add._op_def.name not in _ADDS or add._control_inputs or device_of.get(add) != device_of.get(mm):
+        return None
+    if add._op_def.name == "BiasAdd":
+        if add._inputs[0] is not product or add._attrs.get("data_format", "NHWC") != "NHWC":
+            return None
+        bias = add._inputs[1]
+    else:
+        a, b = add._inputs
+        if a is b:
+            return None
+        bias = b if a is product else a
+    cols = product._shape[1]
+    if bias._shape.ndims != 1 or cols is None or bias._shape[0] != cols or bias.dtype is not product.dtype:
+        return None
+    act = _only_reader(add._outputs[0], readers, fetched)
+    if (act is None or act._op_def.name not in MATMUL_ACTIVATIONS or act._control_inputs
+            or not _inner(add, readers, fetched) or device_of.get(act) != device_of.get(mm)):
+        act = None
+    return add, bias, act
