@@ -173,7 +173,7 @@ def test_sync_replicas_equal_one_big_batch(cluster):
                 if i == 0:
                     # Where things ran: variables round robin over the ps tasks, the
                     # accumulators with their variables, the model on this worker.
-                    placement = sess.placement(train, {x: xs[0, :b], y: ys[0, :b]})
+                    placement = sess.placement([train, loss], {x: xs[0, :b], y: ys[0, :b]})
                     assert placement["w"].startswith("/job:ps/replica:0/task:0")
                     assert placement["b"].startswith("/job:ps/replica:0/task:1")
                     assert placement["v"].startswith("/job:ps/replica:0/task:0")
