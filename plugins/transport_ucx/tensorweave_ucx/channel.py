@@ -70,7 +70,12 @@ class UcxChannel:
             if isinstance(e, errors.DeadlineExceededError):
                 raise errors.UnavailableError(
                     f"ucx transport: {self.address} did not answer the hello in time") from None
-            raise
+            if isinstance(e, errors.OpError | asyncio.CancelledError) or not isinstance(e, Exception):
+                raise
+            # ucxx reports an endpoint the peer closed mid-handshake as a bare RuntimeError
+            # (seen under load when the server refuses the connection): still a tw error.
+            raise errors.UnavailableError(
+                f"ucx transport: connecting to {self.address} failed ({type(e).__name__}: {e})") from None
 
     def _check_size(self, method: str, payload) -> None:
         if len(payload) > self.security.max_message_bytes:

@@ -68,7 +68,7 @@ class Conn:
         self.check()
         try:
             await getattr(self.ep, op)(buf, tag=tag)
-        except self.eng.UCXError as e:
+        except (self.eng.UCXError, RuntimeError) as e:  # RuntimeError: ucxx's "endpoint closed"
             err = errors.UnavailableError(f"ucx transport: {what} with {self.label} failed ({type(e).__name__}: {e})")
             self.fail(err)
             raise self.raised() from None
