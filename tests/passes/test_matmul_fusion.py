@@ -68,6 +68,17 @@ def test_what_is_not_fused():
     np.testing.assert_allclose(r, np.maximum(q / 2.0, 0), rtol=1e-6)
 
 
+def test_a_sum_that_another_element_wise_op_reads_is_left_to_element_wise_fusion():
+    # sigmoid(x @ w + b): the add and the sigmoid in one fused pass beats an epilogue with
+    # the add alone followed by a separate sigmoid
+    a, b, bias = _data(np.random.default_rng(4))
+    x = tw.placeholder(tw.float32, [None, 3], name="x")
+    out = tw.sigmoid(tw.matmul(x, tw.constant(b)) + tw.constant(bias))
+    got, types = _run(out, {x: a})
+    assert "_FusedMatMul" not in types and "MatMul" in types
+    np.testing.assert_allclose(got, 1 / (1 + np.exp(-(a @ b + bias))), rtol=1e-5)
+
+
 def test_training_through_fused_layers_matches_unfused():
     def train(config):
         g = tw.Graph()

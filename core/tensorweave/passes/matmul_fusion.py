@@ -11,7 +11,9 @@ devices whose type has a ``_FusedMatMul`` kernel. It is part of element-wise fus
 **Pattern.** A float MatMul whose product is read by exactly one node, a bias add: BiasAdd
 (NHWC), or Add/AddV2 whose other operand is a vector of static length equal to the
 product's static column count (the TF1 idiom ``tf.matmul(x, w) + b`` broadcasts exactly as
-a bias add); then, when the sum is read by exactly one node, a Relu or Relu6 of it. Nothing
+a bias add); then, when the sum is read by exactly one node, a Relu or Relu6 of it (when that
+one node is another element-wise op, the pattern is left to element-wise fusion, which
+computes the add and that op in one pass). Nothing
 in the pattern but its last node may be fetched or have control inputs or dependents, and
 all its nodes are on one device. The fused node takes the last node's name (errors, traces
 and fetches name the user's node); gradients are unaffected (fusion runs on plans, after
@@ -20,7 +22,7 @@ autodiff).
 
 from __future__ import annotations
 
-from tensorweave.ops.fusion_ops import FUSED_MATMUL, MATMUL_ACTIVATIONS
+from tensorweave.ops.fusion_ops import FUSABLE, FUSED_MATMUL, MATMUL_ACTIVATIONS
 from tensorweave.passes import fusion, plan_graph
 
 _ADDS = frozenset({"BiasAdd", "Add", "AddV2"})
@@ -115,5 +117,10 @@ def _chain(mm, readers, fetched, device_of):
     act = _only_reader(add._outputs[0], readers, fetched)
     if (act is None or act._op_def.name not in MATMUL_ACTIVATIONS or act._control_inputs
             or not _inner(add, readers, fetched) or device_of.get(act) != device_of.get(mm)):
+        if act is not None and act._op_def.name in FUSABLE:
+            # Another element-wise op (a sigmoid, a tanh) alone reads the sum: element-wise
+            # fusion computes the add and it in one pass, which an epilogue with the add
+            # alone would split in two.
+            return None
         act = None
     return add, bias, act
