@@ -190,12 +190,15 @@ def _window_index(hp, wp, c, kh, kw, sh, sw, dh, dw, oh, ow):
     return index.reshape(oh * ow, kh * kw * c)
 
 
-def _im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache):
-    """The [n * oh * ow, kh * kw * c] matrix of input windows. ``cache`` (one per node)
+def _im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, out=None):
+    """The [n * oh * ow, kh * kw * c] matrix of input windows (written into ``out`` when
+    given: a C-contiguous array of that many elements or more). ``cache`` (one per node)
     keeps gather indices by input geometry."""
     n, h, w, c = x.shape
     if kh == kw == sh == sw == 1 and not any(pads):
         return x.reshape(n * h * w, c)
+    if out is not None:
+        out = out.reshape(-1)[:n * oh * ow * kh * kw * c]
     xp = _pad(x, pads)
     if c < _GATHER_MAX_CHANNELS and oh * ow * kh * kw * c <= _GATHER_MAX_INDEX:
         key = (xp.shape[1], xp.shape[2], c, kh, kw, oh, ow)
@@ -205,14 +208,64 @@ def _im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache):
                 cache.clear()
             index = cache[key] = _window_index(xp.shape[1], xp.shape[2], c, kh, kw, sh, sw, dh, dw, oh, ow)
         flat = xp.reshape(n, xp.shape[1] * xp.shape[2] * c)
-        return np.take(flat, index, axis=1).reshape(n * oh * ow, kh * kw * c)
+        taken = None if out is None else out.reshape(n, oh * ow, kh * kw * c)
+        # (indices are in range by construction: "clip" spares the buffered copy "raise" makes)
+        return np.take(flat, index, axis=1, out=taken, mode="clip").reshape(n * oh * ow, kh * kw * c)
     # One strided copy per window tap into the matrix's columns: about 1.5x faster than
     # reshaping a 6-D as_strided view (whose copy loops over runs of only c elements).
-    cols = np.empty((n, oh, ow, kh, kw, c), x.dtype)
+    cols = np.empty((n, oh, ow, kh, kw, c), x.dtype) if out is None else out.reshape(n, oh, ow, kh, kw, c)
     for i in range(kh):
         for j in range(kw):
             cols[:, :, :, i, j, :] = _tap(xp, i * dh, j * dw, oh, ow, sh, sw)
     return cols.reshape(n * oh * ow, kh * kw * c)
+
+
+# The im2col matrix of a whole batch is large (the convnet benchmark's second layer: 80 MB,
+# its input gradient's 160 MB), and a fresh array that size costs more in page faults than
+# the copy itself. Batches are done in chunks of images whose windows fill about this many
+# bytes, one buffer reused for every chunk.
+_CHUNK_BYTES = 8 << 20
+
+
+def _chunks(n, rows, k, itemsize):
+    """Images per chunk for an im2col of ``rows`` x ``k`` elements per image."""
+    return max(1, min(n, _CHUNK_BYTES // max(1, rows * k * itemsize)))
+
+
+def _cols_matmul(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, w2d):
+    """``im2col(x) @ w2d`` ([n * oh * ow, w2d.shape[1]]), the batch in chunks."""
+    n, c = x.shape[0], x.shape[3]
+    k, rows = kh * kw * c, oh * ow
+    step = _chunks(n, rows, k, x.dtype.itemsize)
+    if step >= n:
+        return blas.matmul(_im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache), w2d)
+    y = np.empty((n * rows, w2d.shape[1]), np.result_type(x.dtype, w2d.dtype))
+    buf = np.empty(step * rows * k, x.dtype)
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        cols = _im2col(x[s:e], kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, out=buf)
+        blas.matmul(cols, w2d, out=y[s * rows:e * rows])
+    return y
+
+
+def _cols_t_matmul(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, dy2d):
+    """``im2col(x).T @ dy2d`` ([kh * kw * c, dy2d.shape[1]]), summed over chunks of the batch."""
+    n, c = x.shape[0], x.shape[3]
+    k, rows = kh * kw * c, oh * ow
+    step = _chunks(n, rows, k, x.dtype.itemsize)
+    if step >= n:
+        return blas.matmul(_im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache).T, dy2d)
+    buf = np.empty(step * rows * k, x.dtype)
+    total = None
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        cols = _im2col(x[s:e], kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, out=buf)
+        part = blas.matmul(cols.T, dy2d[s * rows:e * rows])
+        if total is None:
+            total = part
+        else:
+            total += part
+    return total
 
 
 def _conv_setup(ctx):
@@ -247,8 +300,7 @@ def _conv2d(ctx):
         if c != ci:
             raise ctx.error(_E, f"input depth {c} does not match the filter's in_channels {ci}")
         oh, ow, pads = _geometry(ctx, h, w, kh, kw, sh, sw, dh, dw)
-        cols = _im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache)
-        y = blas.matmul(cols, f.reshape(kh * kw * c, co))
+        y = _cols_matmul(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, f.reshape(kh * kw * c, co))
         return _from_nhwc(y.reshape(n, oh, ow, co), fmt)
     return conv2d
 
@@ -273,8 +325,8 @@ def _conv2d_backprop_input(ctx):
             # than input channels, dy's im2col is the bigger copy: col2im below wins.)
             eh, ew = (kh - 1) * dh, (kw - 1) * dw
             flipped = np.ascontiguousarray(f[::-1, ::-1].transpose(0, 1, 3, 2)).reshape(kh * kw * co, c)
-            cols = _im2col(dy, kh, kw, 1, 1, dh, dw, h, w, (eh - pt, eh - pb, ew - pl, ew - pr), cache)
-            return _from_nhwc(blas.matmul(cols, flipped).reshape(n, h, w, c), fmt)
+            dx = _cols_matmul(dy, kh, kw, 1, 1, dh, dw, h, w, (eh - pt, eh - pb, ew - pl, ew - pr), cache, flipped)
+            return _from_nhwc(dx.reshape(n, h, w, c), fmt)
         dcols = blas.matmul(dy.reshape(n * oh * ow, co), f.reshape(kh * kw * c, co).T).reshape(n, oh, ow, kh, kw, c)
         if kh == kw == sh == sw == 1 and not (pt or pb or pl or pr):
             return _from_nhwc(dcols.reshape(n, h, w, c), fmt)
@@ -298,8 +350,8 @@ def _conv2d_backprop_filter(ctx):
             raise ctx.error(_E, f"input depth {c} does not match the filter's in_channels {ci}")
         oh, ow, pads = _geometry(ctx, h, w, kh, kw, sh, sw, dh, dw)
         _check_dy(ctx, dy, (n, oh, ow, co))
-        cols = _im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache)
-        return blas.matmul(cols.T, dy.reshape(n * oh * ow, co)).reshape(kh, kw, c, co)
+        dy2d = dy.reshape(n * oh * ow, co)
+        return _cols_t_matmul(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, dy2d).reshape(kh, kw, c, co)
     return backprop_filter
 
 
