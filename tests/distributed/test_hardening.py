@@ -507,3 +507,42 @@ def test_cluster_up_makes_a_private_dir_a_token_and_tls(tmp_path, monkeypatch):
         results = launcher.down(None, grace=10)
     assert [how for _, how in results] == ["stopped"]
     assert not any(launcher.is_alive(t["pid"]) for t in tasks)
+
+
+def test_a_task_is_lost_after_two_silent_health_checks_in_a_row_or_one_refused_connection():
+    # The monitor's verdicts (master.HealthMonitor._report), with a stand-in session: one
+    # late answer is a busy machine (a loaded CI run stalled a worker past the 1 s deadline
+    # once), two in a row are a lost task; a refused connection is one at once.
+    from tensorweave.distributed import master
+
+    class Session:
+        def __init__(self):
+            self.lost, self.seen = [], []
+            self._clocks = type("Clocks", (), {"sample": lambda *a: None})()
+
+        def _client(self, *task):
+            return type("Client", (), {"renew": lambda self: None})()
+
+        def task_lost(self, task, error):
+            self.lost.append(type(error).__name__)
+
+        def task_seen(self, task, incarnation):
+            self.seen.append(incarnation)
+
+    session = Session()
+    checker = type("Checker", (), {"_stopped": False, "session": session})()
+    target = master._Target(("k",), None, "127.0.0.1:1", None, 1.0, 1.0, time.monotonic())
+    target.watchers[checker] = ("worker", 0)
+    monitor = master.HealthMonitor.__new__(master.HealthMonitor)
+    monitor._lock = threading.Lock()
+    late = errors.DeadlineExceededError("no reply before the deadline (1 s)")
+    monitor._report(target, None, late)
+    assert session.lost == []                                  # one late answer
+    monitor._report(target, {"started": 7}, None)
+    assert session.seen == [7] and target.misses == 0          # answered: counting starts over
+    monitor._report(target, None, late)
+    monitor._report(target, None, late)
+    assert session.lost == ["DeadlineExceededError"]           # two in a row
+    monitor._report(target, None, errors.UnavailableError("connection refused"))
+    assert session.lost == ["DeadlineExceededError", "UnavailableError"]
+    assert master.MISSES_BEFORE_LOST == 2

@@ -420,6 +420,10 @@ def _security_key(security) -> tuple:
             security.max_message_bytes, security.tls_key)
 
 
+# Health checks in a row that get no answer before their deadline for a task to be lost.
+MISSES_BEFORE_LOST = 2
+
+
 class _Target:
     """One (transport, address, credentials, interval, timeout) the monitor checks, and the
     sessions (with their task name for it) that want the answers."""
@@ -432,6 +436,7 @@ class _Target:
         self.due = now + interval
         self.in_flight = None             # when the check under way started
         self.late_reported = 0.0          # when a hung check was last reported
+        self.misses = 0                   # checks in a row with no answer in time
 
     def check(self):
         """Runs on the monitor's pool: one Health call, its stamps, or the error."""
@@ -562,6 +567,15 @@ class HealthMonitor:
 
     def _report(self, t: _Target, header, error, sent=0, answered=0) -> None:
         with self._lock:
+            if isinstance(error, errors.DeadlineExceededError):
+                # A task that answers late once is busy, not lost (a loaded machine can stall
+                # a process past a 1 s deadline); silence for MISSES_BEFORE_LOST checks in a
+                # row is a verdict. A refused or broken connection is one at once.
+                t.misses += 1
+                if t.misses < MISSES_BEFORE_LOST:
+                    return
+            elif error is None:
+                t.misses = 0
             watchers = list(t.watchers.items())
         for checker, task in watchers:
             if checker._stopped:
