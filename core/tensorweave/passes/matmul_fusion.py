@@ -32,7 +32,7 @@ def matmul_fusion_pass(plan) -> None:
     """Registered as ``matmul_fusion`` (stage ``post_placement``)."""
     if not fusion.enabled(plan.config):
         return
-    readers = _readers(plan)
+    readers = plan_graph.readers(plan.nodes)
     fetched = set(plan.fetches)
     has_kernel: dict = {}
     replacements, ops, removed = {}, {}, set()
@@ -70,17 +70,6 @@ def matmul_fusion_pass(plan) -> None:
     plan.nodes = [op for op in plan.nodes if op not in removed]
     plan_graph.replace(plan, replacements, ops)
     plan_graph.reprune(plan)
-
-
-def _readers(plan) -> dict:
-    """tensor -> the plan nodes that read it; an op -> whether anything waits for it."""
-    out: dict = {}
-    for op in plan.nodes:
-        for t in op._inputs:
-            out.setdefault(t, []).append(op)
-        for c in op._control_inputs:
-            out.setdefault(c, []).append(op)
-    return out
 
 
 def _inner(op, readers, fetched) -> bool:

@@ -206,6 +206,18 @@ def add_node(plan, op_type: str, inputs=(), attrs=None, name: str | None = None,
     return op
 
 
+def readers(nodes) -> dict:
+    """Who reads what among ``nodes``: tensor -> the nodes that take it as an input, and
+    op -> the nodes that have it as a control input."""
+    out: dict = {}
+    for op in nodes:
+        for t in op._inputs:
+            out.setdefault(t, []).append(op)
+        for c in op._control_inputs:
+            out.setdefault(c, []).append(op)
+    return out
+
+
 def reprune(plan) -> None:
     """Keep only the plan nodes the fetches and targets still need (after rewrites)."""
     plan.nodes = prune(plan.fetches, plan.targets, plan.feeds)

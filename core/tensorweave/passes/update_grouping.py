@@ -48,10 +48,10 @@ def update_grouping_pass(plan) -> None:
     groups = _candidates(plan)
     if not groups:
         return
-    consumers = _consumers(plan.nodes)
+    readers = plan_graph.readers(plan.nodes)
     made = 0
     for (dev, *_), members in groups.items():
-        members = _independent(members, consumers)
+        members = _independent(members, readers)
         for i in range(0, len(members), MAX_GROUP):
             chunk = members[i:i + MAX_GROUP]
             if len(chunk) > 1:
@@ -94,25 +94,18 @@ def _candidates(plan) -> dict:
     return {k: v for k, v in groups.items() if len(v) > 1}
 
 
-def _consumers(nodes) -> dict:
-    out: dict = {}
-    for op in nodes:
-        for t in op._inputs:
-            out.setdefault(t.op, []).append(op)
-        for c in op._control_inputs:
-            out.setdefault(c, []).append(op)
-    return out
-
-
-def _independent(members, consumers) -> list:
+def _independent(members, readers) -> list:
     """The members that no member reaches through data or control edges."""
-    reached, stack = set(), [c for m in members for c in consumers.get(m, ())]
+    def after(op):
+        return [r for t in op._outputs for r in readers.get(t, ())] + readers.get(op, [])
+
+    reached, stack = set(), [c for m in members for c in after(m)]
     while stack:
         op = stack.pop()
         if op in reached:
             continue
         reached.add(op)
-        stack.extend(consumers.get(op, ()))
+        stack.extend(after(op))
     return [m for m in members if m not in reached]
 
 

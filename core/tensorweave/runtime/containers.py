@@ -206,3 +206,12 @@ class StoreUpdate:
             raise self.ctx.error(errors.InvalidArgumentError,
                                  f"gradient of shape {grad.shape} does not match variable {first.name} "
                                  f"of shape {var.shape}")
+
+    def check_each(self, current, grads, names) -> None:
+        """Grouped updates (``_GroupedApplyGradientDescent``): store i's own gradient
+        ``grads[i]`` must have its shape; ``names`` are the user's update nodes."""
+        for s, cur, g, name in zip(self.stores, current, grads, names):
+            if g.shape != cur.shape:
+                raise self.ctx.error(errors.InvalidArgumentError,
+                                     f"update '{name}': gradient of shape {g.shape} does not match "
+                                     f"variable {s.name} of shape {cur.shape}")

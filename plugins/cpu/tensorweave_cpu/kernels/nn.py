@@ -232,34 +232,38 @@ def _chunks(n, rows, k, itemsize):
     return max(1, min(n, _CHUNK_BYTES // max(1, rows * k * itemsize)))
 
 
-def _cols_matmul(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, w2d):
-    """``im2col(x) @ w2d`` ([n * oh * ow, w2d.shape[1]]), the batch in chunks."""
+def _window_chunks(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache):
+    """(first image, end image, their im2col matrix) over the batch, in chunks of about
+    ``_CHUNK_BYTES`` sharing one buffer (use each matrix before taking the next)."""
     n, c = x.shape[0], x.shape[3]
-    k, rows = kh * kw * c, oh * ow
-    step = _chunks(n, rows, k, x.dtype.itemsize)
+    k = kh * kw * c
+    step = _chunks(n, oh * ow, k, x.dtype.itemsize)
     if step >= n:
-        return blas.matmul(_im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache), w2d)
-    y = np.empty((n * rows, w2d.shape[1]), np.result_type(x.dtype, w2d.dtype))
-    buf = np.empty(step * rows * k, x.dtype)
+        yield 0, n, _im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache)
+        return
+    buf = np.empty(step * oh * ow * k, x.dtype)
     for s in range(0, n, step):
         e = min(n, s + step)
-        cols = _im2col(x[s:e], kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, out=buf)
+        yield s, e, _im2col(x[s:e], kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, out=buf)
+
+
+def _cols_matmul(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, w2d):
+    """``im2col(x) @ w2d`` ([n * oh * ow, w2d.shape[1]]), the batch in chunks."""
+    n, rows = x.shape[0], oh * ow
+    y = None
+    for s, e, cols in _window_chunks(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache):
+        if e - s == n:
+            return blas.matmul(cols, w2d)
+        if y is None:
+            y = np.empty((n * rows, w2d.shape[1]), np.result_type(x.dtype, w2d.dtype))
         blas.matmul(cols, w2d, out=y[s * rows:e * rows])
     return y
 
 
 def _cols_t_matmul(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, dy2d):
     """``im2col(x).T @ dy2d`` ([kh * kw * c, dy2d.shape[1]]), summed over chunks of the batch."""
-    n, c = x.shape[0], x.shape[3]
-    k, rows = kh * kw * c, oh * ow
-    step = _chunks(n, rows, k, x.dtype.itemsize)
-    if step >= n:
-        return blas.matmul(_im2col(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache).T, dy2d)
-    buf = np.empty(step * rows * k, x.dtype)
-    total = None
-    for s in range(0, n, step):
-        e = min(n, s + step)
-        cols = _im2col(x[s:e], kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, out=buf)
+    rows, total = oh * ow, None
+    for s, e, cols in _window_chunks(x, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache):
         part = blas.matmul(cols.T, dy2d[s * rows:e * rows])
         if total is None:
             total = part

@@ -189,11 +189,7 @@ def _grouped_factory(ctx):
                             f"'{alpha_name}' must be a scalar, got a value of shape {np.shape(alpha)}")
         with guard:
             current = [s.read() for s in stores]
-            for s, cur, d, name in zip(stores, current, deltas, names):
-                if d.shape != cur.shape:
-                    raise ctx.error(errors.InvalidArgumentError,
-                                    f"update '{name}': gradient of shape {d.shape} does not match "
-                                    f"variable {s.name} of shape {cur.shape}")
+            guard.check_each(current, deltas, names)
             new = [np.asarray(cur - alpha * d, dtype=cur.dtype) for cur, d in zip(current, deltas)]
             for s, x in zip(stores, new):
                 s.value = x

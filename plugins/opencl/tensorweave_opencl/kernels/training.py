@@ -140,11 +140,7 @@ def _grouped_factory(ctx):
                             f"'{alpha_name}' must be a scalar, got a value of shape {alpha.shape}")
         with guard:
             current = [s.read_on(device) for s in stores]
-            for s, cur, d, name in zip(stores, current, deltas, names):
-                if d.shape != cur.shape:
-                    raise ctx.error(errors.InvalidArgumentError,
-                                    f"update '{name}': gradient of shape {d.shape} does not match "
-                                    f"variable {s.name} of shape {cur.shape}")
+            guard.check_each(current, deltas, names)
             new = [device.empty(c.shape, c.dtype) for c in current]
             args, total = [], 0
             for x, c, d in zip(new, current, deltas):
