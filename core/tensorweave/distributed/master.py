@@ -170,6 +170,9 @@ class DistributedSession(Session):
         if not self._devices:
             raise errors.UnavailableError(f"no devices in the cluster at {target!r}")
         self._incarnations: dict = {}
+        # Tasks the health checker holds lost until they answer again: closing the session
+        # and ending steps do not wait on them (a hung task answers nothing, ever).
+        self._lost: set = set()
         self._clocks = ClockOffsets()
         self._health = _HealthChecker(self, *health_check_settings(cfg, announced, "a task's GetStatus answer"))
         self._health.start()
@@ -322,6 +325,8 @@ class DistributedSession(Session):
 
     def _cleanup(self, step):
         for task in step.tasks:
+            if task in self._lost:
+                continue  # its step state goes with it (a restarted task starts empty)
             try:
                 self._client(*task).call("CleanupStep", {"step_id": step.step_id}, timeout=5.0)
             except errors.OpError:
@@ -338,6 +343,7 @@ class DistributedSession(Session):
 
     def task_lost(self, task, error):
         """The health checker's verdict: fail and abort every step that involves ``task``."""
+        self._lost.add(task)
         for step in list(self._active_steps):
             if task in step.tasks:
                 err = errors.UnavailableError(f"/job:{task[0]}/task:{task[1]} failed its health check: {error}")
@@ -346,6 +352,7 @@ class DistributedSession(Session):
                 self._rpc.submit(self._abort, step, err)
 
     def task_seen(self, task, incarnation):
+        self._lost.discard(task)
         old = self._incarnations.get(task)
         self._incarnations[task] = incarnation
         return old is not None and old != incarnation
@@ -367,7 +374,7 @@ class DistributedSession(Session):
         wait_futures(list(self._cleanups), timeout=10.0)
         for plan in self._plans.values():
             for task, info in getattr(plan, "tasks", {}).items():
-                if info["handle"] is not None:
+                if info["handle"] is not None and task not in self._lost:
                     try:
                         self._client(*task).call("DeregisterGraph", {"handle": info["handle"]}, timeout=5.0)
                     except errors.OpError:

@@ -33,19 +33,36 @@ class UcxChannel:
         self._eng = engine()
         self._conn: Conn | None = None
         self._lock = threading.Lock()
+        self._connect_lock = threading.Lock()
         self._ids = itertools.count(1)
         self._closed = False
 
     # -- connection ----------------------------------------------------------------------
     def _connection(self, timeout: float | None) -> Conn:
-        with self._lock:
-            if self._closed:
-                raise errors.UnavailableError(f"ucx transport: channel to {self.address} is closed")
-            conn = self._conn
-            if conn is None or conn.error is not None or conn.ep is None:
-                t = CONNECT_TIMEOUT if timeout is None else min(timeout, CONNECT_TIMEOUT)
-                self._conn = conn = self._eng.run(self._open(t), t)
-            return conn
+        # One connect at a time (_connect_lock); the state lock is never held across one, so
+        # that close() returns at once while a connect to a hung peer waits out its timeout.
+        with self._connect_lock:
+            with self._lock:
+                if self._closed:
+                    raise errors.UnavailableError(f"ucx transport: channel to {self.address} is closed")
+                conn = self._conn
+                if conn is not None and conn.error is None and conn.ep is not None:
+                    return conn
+            t = CONNECT_TIMEOUT if timeout is None else min(timeout, CONNECT_TIMEOUT)
+            conn = self._eng.run(self._open(t), t)
+            with self._lock:
+                if not self._closed:
+                    self._conn = conn
+                    return conn
+            self._fail_soon(conn)
+            raise errors.UnavailableError(f"ucx transport: channel to {self.address} is closed")
+
+    def _fail_soon(self, conn: Conn) -> None:
+        err = errors.UnavailableError(f"ucx transport: channel to {self.address} is closed")
+        try:
+            self._eng.loop.call_soon_threadsafe(conn.fail, err)
+        except RuntimeError:
+            pass
 
     async def _open(self, timeout: float) -> Conn:
         ep = await self._eng.connect(self._host, self._port, timeout)
@@ -190,11 +207,7 @@ class UcxChannel:
             self._closed = True
             conn, self._conn = self._conn, None
         if conn is not None:
-            err = errors.UnavailableError(f"ucx transport: channel to {self.address} is closed")
-            try:
-                self._eng.loop.call_soon_threadsafe(conn.fail, err)
-            except RuntimeError:
-                pass
+            self._fail_soon(conn)
 
     def __repr__(self) -> str:
         return f"UcxChannel({self.address!r})"
