@@ -15,7 +15,7 @@ import numpy as np
 
 from tensorweave.framework import errors
 from tensorweave.ops.nn_ops import conv_output_size, spatial_axes
-from tensorweave_cpu import blas
+from tensorweave_cpu import blas, rowwise
 
 CPU = "CPU"
 _E = errors.InvalidArgumentError
@@ -116,6 +116,8 @@ def _sparse_xent(ctx):
             raise ctx.error(_E, f"Received a label value of {labels[bad][0]} which is outside the valid range of "
                                 f"[0, {c}). Label values: {shown}")
         dt = features.dtype
+        if dt in (np.float32, np.float64) and n and c:
+            return rowwise.sparse_xent(np.ascontiguousarray(features), np.ascontiguousarray(labels))
         # One fresh array, worked on in place (exp, then the division): a language model's
         # [batch*steps, vocab] logits are tens of MB, and each new array of that size costs
         # as much in page faults as the arithmetic.
