@@ -379,7 +379,7 @@ def _digits_module():
 def _cnn_step(device, init_values=None):
     digits = _digits_module()
     data = np.random.default_rng(3)
-    xs, ys = data.random((32, 64), dtype=np.float32), data.integers(0, 10, 32).astype(np.int32)
+    xs, ys = data.random((8, 64), dtype=np.float32), data.integers(0, 10, 8).astype(np.int32)
     g = tw.Graph()
     with g.as_default(), tw.device(device):
         tw.set_random_seed(0)
