@@ -54,10 +54,21 @@ def pytest_configure(config):
 '''
 
 
-def _pytest(cwd, *args):
-    proc = subprocess.run([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=cwd,
-                          capture_output=True, text=True, timeout=300)
-    return proc.returncode, proc.stdout + proc.stderr
+def _pytest_all(cwd, *arg_lists):
+    """[(returncode, output)] of one pytest process per argument list, run concurrently."""
+    procs = [subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", *args], cwd=cwd,
+                              stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True) for args in arg_lists]
+    results = []
+    try:
+        for proc in procs:
+            out, _ = proc.communicate(timeout=300)
+            results.append((proc.returncode, out))
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+    return results
 
 
 def test_the_in_process_transport_passes_and_skips_what_needs_another_process(tmp_path):
@@ -82,11 +93,11 @@ def test_a_careless_transport_fails_exactly_the_checks_it_breaks(tmp_path):
 
 
 def test_usage_errors_and_nothing_collected_without_the_option(tmp_path):
-    rc, out = _pytest(tmp_path, "--tw-transport=nope")
-    assert rc == 4 and "no installed plugin registers transport 'nope'" in out and "inproc" in out, out
-    rc, out = _pytest(tmp_path, "--tw-transport=inproc", "--tw-transport-checks=auth,bogus")
-    assert rc == 4 and "no check named bogus" in out, out
-    rc, out = _pytest(tmp_path, "--tw-transport=inproc", "--tw-transport-checks=auth,deadlines", "-q")
-    assert rc == 0 and "2 checks: 2 passed, 0 failed, 0 skipped" in out, out
-    rc, out = _pytest(tmp_path)
-    assert rc == 5 and "no tests ran" in out, out  # pytest's "nothing collected"
+    # The four runs are independent: started together, they share the cores.
+    (rc1, out1), (rc2, out2), (rc3, out3), (rc4, out4) = _pytest_all(
+        tmp_path, ["--tw-transport=nope"], ["--tw-transport=inproc", "--tw-transport-checks=auth,bogus"],
+        ["--tw-transport=inproc", "--tw-transport-checks=auth,deadlines", "-q"], [])
+    assert rc1 == 4 and "no installed plugin registers transport 'nope'" in out1 and "inproc" in out1, out1
+    assert rc2 == 4 and "no check named bogus" in out2, out2
+    assert rc3 == 0 and "2 checks: 2 passed, 0 failed, 0 skipped" in out3, out3
+    assert rc4 == 5 and "no tests ran" in out4, out4  # pytest's "nothing collected"
