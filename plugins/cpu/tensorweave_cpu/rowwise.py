@@ -37,8 +37,7 @@ os.register_at_fork(after_in_child=_pool.clear)
 
 def _compiled_loops() -> bool:
     if "on" not in _compiled:
-        _compiled["on"] = numba_available() and os.environ.get("TENSORWEAVE_CPU_JIT", "1").strip().lower() not in (
-            "0", "false", "off", "no")
+        _compiled["on"] = numba_available()
     return _compiled["on"]
 
 
@@ -52,7 +51,6 @@ def _rows_kernel():
         if fn is None:
             import numba
 
-            @numba.njit(nogil=True, cache=True, fastmath=False)
             def sparse_xent_rows(x, labels, loss, back, r0, r1):
                 c = x.shape[1]
                 for r in range(r0, r1):
@@ -73,7 +71,11 @@ def _rows_kernel():
                         back[r, j] *= inv
                     back[r, label] -= 1.0
 
-            fn = _compiled["sparse_xent"] = sparse_xent_rows
+            try:  # compiled code kept beside the module (or in numba's cache dir) for the next process
+                fn = numba.njit(nogil=True, cache=True)(sparse_xent_rows)
+            except RuntimeError:  # no writable place for the cache: compile in every process
+                fn = numba.njit(nogil=True)(sparse_xent_rows)
+            _compiled["sparse_xent"] = fn
     return fn
 
 
