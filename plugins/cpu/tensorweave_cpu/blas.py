@@ -68,11 +68,23 @@ def use_threads_for(flops: float) -> None:
             c.set_num_threads(want)
 
 
+# ``a @ b.T`` with few rows in ``a`` (a backward pass's ``dy @ w.T`` on a small batch: an LSTM
+# cell's [32, 800] x [800, 400]) is 1.5-2x faster in OpenBLAS as ``(b @ a.T).T``, then copied
+# to row-major order (m * n elements, small here). Measured single-threaded on this project's
+# machines: [32, 800] x T[400, 800] 307-373 us -> 189-203 us, [8, 400] x T[800, 400] 224 ->
+# 111 us, [32, 2000] x T[8000, 2000] 16.3 -> 11.2 ms; no gain from about 256 rows on.
+SWAP_MAX_ROWS = 128
+
+
 def matmul(a, b, out=None):
     """``np.matmul`` on the thread count its size deserves."""
     if a.ndim >= 2 and b.ndim >= 2:
         batch = a.size // (a.shape[-1] * a.shape[-2]) if a.shape[-1] and a.shape[-2] else 0
         use_threads_for(2.0 * max(batch, 1) * a.shape[-2] * a.shape[-1] * b.shape[-1])
+        if out is None and a.ndim == 2 and b.ndim == 2 and a.shape[0] <= SWAP_MAX_ROWS \
+                and b.shape[1] > a.shape[0] and b.flags.f_contiguous and not b.flags.c_contiguous \
+                and a.dtype.char in "fd" and b.dtype == a.dtype:
+            return np.ascontiguousarray(np.matmul(b.T, a.T).T)
     return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
 
 
