@@ -8,6 +8,9 @@ one-hot label) in one call instead of twelve NumPy calls (~25 us -> a few us). L
 blocks of rows that stay in cache, the blocks spread over the cores (NumPy releases the GIL;
 TensorFlow also spreads this work over its threads). Without numba small inputs take the
 NumPy path on one thread.
+
+``split_rows`` is the same spreading for other kernels: element-wise products of a million
+elements and more (kernels/math.py) run one block of rows per core.
 """
 
 from __future__ import annotations
@@ -106,6 +109,23 @@ def _numpy_rows(x, labels, loss, back, r0, r1):
         out[rows, lab] -= 1
 
 
+def split_rows(fn, n: int) -> None:
+    """``fn(r0, r1)`` over rows ``[0, n)``, one contiguous block per core: the other blocks on
+    the pool's threads, the first on this one (``fn`` must release the GIL to gain: NumPy
+    on large arrays does)."""
+    parts = min(os.cpu_count() or 1, n)
+    if parts <= 1:
+        fn(0, n)
+        return
+    bounds = [n * i // parts for i in range(parts + 1)]
+    futures = [_executor().submit(fn, bounds[i], bounds[i + 1]) for i in range(1, parts)]
+    try:
+        fn(bounds[0], bounds[1])
+    finally:
+        for f in futures:
+            f.result()
+
+
 def sparse_xent(x: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(loss [n], backprop [n, c]) of float32/float64 logits ``x`` [n, c] and integer
     ``labels`` [n] already checked to lie in [0, c)."""
@@ -114,12 +134,8 @@ def sparse_xent(x: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarr
     back = np.empty((n, c), x.dtype)
     if n * c <= COMPILED_MAX and _compiled_loops():
         _rows_kernel()(x, labels, loss, back, 0, n)
-        return loss, back
-    parts = min(os.cpu_count() or 1, n) if n * c >= PARALLEL_MIN else 1
-    bounds = [n * i // parts for i in range(parts + 1)]
-    futures = [_executor().submit(_numpy_rows, x, labels, loss, back, bounds[i], bounds[i + 1])
-               for i in range(1, parts)]
-    _numpy_rows(x, labels, loss, back, bounds[0], bounds[1])
-    for f in futures:
-        f.result()
+    elif n * c >= PARALLEL_MIN:
+        split_rows(lambda r0, r1: _numpy_rows(x, labels, loss, back, r0, r1), n)
+    else:
+        _numpy_rows(x, labels, loss, back, 0, n)
     return loss, back

@@ -74,3 +74,26 @@ def test_the_kernel_runs_it_for_a_session(monkeypatch):
     want_loss, want_back = _reference(x, y)
     np.testing.assert_allclose(got_loss, want_loss, rtol=2e-6, atol=2e-6)
     np.testing.assert_allclose(got_grad, want_back, rtol=2e-6, atol=2e-6)
+
+
+@pytest.mark.parametrize("op,x_shape,y_shape", [
+    ("Mul", (1100, 1000), (1100, 1)),        # the cross-entropy gradient's broadcast product
+    ("Add", (1100, 1000), (1000,)),          # a bias: broadcast along the rows
+    ("Sub", (1, 1000), (1100, 1000)),        # the first operand broadcast
+    ("Maximum", (600, 40, 50), (600, 40, 50)),
+])
+def test_large_binary_ops_split_by_rows_give_the_same_values(op, x_shape, y_shape, monkeypatch):
+    splits = []
+    real = rowwise.split_rows
+    monkeypatch.setattr(rowwise, "split_rows", lambda fn, n: splits.append(n) or real(fn, n))
+    rng = np.random.default_rng(0)
+    xv, yv = rng.normal(size=x_shape).astype(np.float32), rng.normal(size=y_shape).astype(np.float32)
+    g = tw.Graph()
+    with g.as_default():
+        x, y = tw.placeholder(tw.float32, [None] * len(x_shape)), tw.placeholder(tw.float32, [None] * len(y_shape))
+        z = {"Mul": tw.multiply, "Add": tw.add, "Sub": tw.subtract, "Maximum": tw.maximum}[op](x, y)
+    with tw.Session(graph=g) as s:
+        got = s.run(z, {x: xv, y: yv})
+    ufunc = {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract, "Maximum": np.maximum}[op]
+    assert splits, "the specialised plan did not split the product"
+    assert got.tobytes() == ufunc(xv, yv).tobytes()
