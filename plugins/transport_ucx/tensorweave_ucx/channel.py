@@ -38,16 +38,24 @@ class UcxChannel:
         self._closed = False
 
     # -- connection ----------------------------------------------------------------------
+    def _current(self) -> Conn | None:
+        """The open connection, or None; raises once the channel is closed."""
+        with self._lock:
+            if self._closed:
+                raise errors.UnavailableError(f"ucx transport: channel to {self.address} is closed")
+            conn = self._conn
+            return conn if conn is not None and conn.error is None and conn.ep is not None else None
+
     def _connection(self, timeout: float | None) -> Conn:
-        # One connect at a time (_connect_lock); the state lock is never held across one, so
-        # that close() returns at once while a connect to a hung peer waits out its timeout.
+        conn = self._current()
+        if conn is not None:
+            return conn
+        # One connect at a time; the state lock is never held across one, so that close()
+        # returns at once while a connect to a hung peer waits out its timeout.
         with self._connect_lock:
-            with self._lock:
-                if self._closed:
-                    raise errors.UnavailableError(f"ucx transport: channel to {self.address} is closed")
-                conn = self._conn
-                if conn is not None and conn.error is None and conn.ep is not None:
-                    return conn
+            conn = self._current()
+            if conn is not None:
+                return conn
             t = CONNECT_TIMEOUT if timeout is None else min(timeout, CONNECT_TIMEOUT)
             conn = self._eng.run(self._open(t), t)
             with self._lock:
