@@ -94,7 +94,7 @@ def _executor() -> ThreadPoolExecutor:
 def _numpy_rows(x, labels, loss, back, r0, r1):
     """The same rows with NumPy's vectorised exp (numba's is scalar libm), a block of rows at
     a time so that each block's passes stay in cache."""
-    step = max(1, BLOCK_ELEMENTS // x.shape[1])
+    step = max(1, BLOCK_ELEMENTS // max(1, x.shape[1]))
     for b0 in range(r0, r1, step):
         b1 = min(r1, b0 + step)
         xs, out = x[b0:b1], back[b0:b1]
