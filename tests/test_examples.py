@@ -50,6 +50,7 @@ def _installed_transports():
     return {n for n, _ in plugins.registry().transports.items()}
 
 
+@pytest.mark.serial  # task processes of a cluster (conftest.py)
 @pytest.mark.parametrize("transport,mode,epochs", [("grpc", "async", 15), ("ucx", "sync", 10)])
 def test_distributed_digits_on_a_local_cluster(transport, mode, epochs):
     """1 ps + 2 worker processes started (and stopped) by the example; 10 or 15 of its 40
@@ -68,6 +69,7 @@ def test_distributed_digits_on_a_local_cluster(transport, mode, epochs):
     assert f"[{mode}] epoch  {epochs}/{epochs}" in err
 
 
+@pytest.mark.serial  # two ps processes
 @pytest.mark.parametrize("loss,fall", [("nce", 0.5), ("sampled_softmax", 0.97)])
 def test_word2vec_on_a_slice_of_the_fortunes_over_two_ps_tasks(loss, fall):
     """The first 30,000 words, 200 steps, the tables partitioned over 2 ps processes (grpc):

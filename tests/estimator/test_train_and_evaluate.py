@@ -120,6 +120,7 @@ class _Devices(tw.train.SessionRunHook):
         self.begun.set()
 
 
+@pytest.mark.serial  # starts a cluster's servers (conftest.py)
 @pytest.mark.skipif("grpc" not in dict(plugins.registry().transports.items()),
                     reason="needs the grpc transport plugin (tensorweave-grpc)")
 def test_ps_chief_worker_and_evaluator_through_tw_config(tmp_path, monkeypatch):

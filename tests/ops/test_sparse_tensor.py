@@ -254,6 +254,7 @@ def test_sparse_add_gradients():
                     [VALS, np.arange(12.0).reshape(3, 4)])
 
 
+@pytest.mark.serial  # starts a cluster's servers (conftest.py)
 def test_feed_and_fetch_through_a_cluster_session():
     from tensorweave.distributed.server import Server
 

@@ -225,6 +225,7 @@ def cluster(request):
             s.stop()
 
 
+@pytest.mark.serial  # starts a cluster's servers (conftest.py)
 def test_distributed_update_under_a_worker_scope_runs_on_the_ps(cluster, caplog):
     spec, servers = cluster
     caplog.set_level(logging.INFO, logger=LOGGER)
@@ -248,6 +249,7 @@ def test_distributed_update_under_a_worker_scope_runs_on_the_ps(cluster, caplog)
     assert "/job:worker/task:1" in msg and f"moved to the variable's device {PS}" in msg
 
 
+@pytest.mark.serial  # starts a cluster's servers (conftest.py)
 def test_replica_device_setter_init_checks_saver_and_training(cluster):
     spec, servers = cluster
     setter = tw.train.replica_device_setter(cluster=spec, worker_device="/job:worker/task:0")

@@ -295,6 +295,7 @@ def test_missing_tensorboard_is_a_clear_error(monkeypatch):
         tw.summary.Summary  # noqa: B018
 
 
+@pytest.mark.serial  # starts a cluster's servers (conftest.py)
 def test_summaries_run_on_a_worker_task():
     """Summary ops go through the wire (the GraphDef a worker validates) and run on the
     worker's CPU; the tasks live in this process over the inproc transport."""
