@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
-from tensorweave_cpu.fusion import numba_available
+from tensorweave_cpu import jit
 
 # Up to COMPILED_MAX logits the compiled loop does it all (its exp is scalar libm: beyond a
 # few thousand elements NumPy's vectorised exp wins); from PARALLEL_MIN on, the row blocks are
@@ -32,54 +32,33 @@ PARALLEL_MIN = 1 << 20
 BLOCK_ELEMENTS = 1 << 16
 
 _lock = threading.Lock()
-_compiled: dict = {}
 _pool: list = []  # [ThreadPoolExecutor] once a large input needs it
 # A forked child has none of the parent's threads: it makes its own pool.
 os.register_at_fork(after_in_child=_pool.clear)
 
 
-def _compiled_loops() -> bool:
-    if "on" not in _compiled:
-        _compiled["on"] = numba_available()
-    return _compiled["on"]
+def _sparse_xent_rows(x, labels, loss, back, r0, r1):
+    c = x.shape[1]
+    for r in range(r0, r1):
+        m = -np.inf
+        for j in range(c):
+            v = x[r, j]
+            if v > m or v != v:  # a NaN wins, as in np.max
+                m = v
+        total = 0.0
+        for j in range(c):
+            e = np.exp(x[r, j] - m)
+            back[r, j] = e
+            total += e
+        label = labels[r]
+        loss[r] = np.log(total) - (x[r, label] - m)
+        inv = 1.0 / total
+        for j in range(c):
+            back[r, j] *= inv
+        back[r, label] -= 1.0
 
 
-def _rows_kernel():
-    """The compiled row loop (compiled lazily: importing numba takes about a second)."""
-    fn = _compiled.get("sparse_xent")
-    if fn is not None:
-        return fn
-    with _lock:
-        fn = _compiled.get("sparse_xent")
-        if fn is None:
-            import numba
-
-            def sparse_xent_rows(x, labels, loss, back, r0, r1):
-                c = x.shape[1]
-                for r in range(r0, r1):
-                    m = -np.inf
-                    for j in range(c):
-                        v = x[r, j]
-                        if v > m or v != v:  # a NaN wins, as in np.max
-                            m = v
-                    total = 0.0
-                    for j in range(c):
-                        e = np.exp(x[r, j] - m)
-                        back[r, j] = e
-                        total += e
-                    label = labels[r]
-                    loss[r] = np.log(total) - (x[r, label] - m)
-                    inv = 1.0 / total
-                    for j in range(c):
-                        back[r, j] *= inv
-                    back[r, label] -= 1.0
-
-            try:  # compiled code kept beside the module (or in numba's cache dir) for the next process
-                fn = numba.njit(nogil=True, cache=True)(sparse_xent_rows)
-            except RuntimeError:  # no writable place for the cache: compile in every process
-                fn = numba.njit(nogil=True)(sparse_xent_rows)
-            _compiled["sparse_xent"] = fn
-    return fn
+_compiled_rows = jit.Loop(_sparse_xent_rows)
 
 
 def _executor() -> ThreadPoolExecutor:
@@ -132,8 +111,8 @@ def sparse_xent(x: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarr
     n, c = x.shape
     loss = np.empty(n, x.dtype)
     back = np.empty((n, c), x.dtype)
-    if n * c <= COMPILED_MAX and _compiled_loops():
-        _rows_kernel()(x, labels, loss, back, 0, n)
+    if n * c <= COMPILED_MAX and jit.enabled():
+        _compiled_rows(x, labels, loss, back, 0, n)
     elif n * c >= PARALLEL_MIN:
         split_rows(lambda r0, r1: _numpy_rows(x, labels, loss, back, r0, r1), n)
     else:

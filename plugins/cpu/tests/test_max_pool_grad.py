@@ -1,0 +1,97 @@
+"""MaxPoolGrad's compiled loop (kernels/nn.py, with numba) and its NumPy path give TF's
+gradient: each output's gradient to the first maximum of its window (row-major, padding
+never chosen), for VALID and SAME padding, overlapping windows, ties, NCHW and a batch large
+enough to be split over the cores."""
+
+from __future__ import annotations
+
+import itertools
+
+import numpy as np
+import pytest
+
+import tensorweave as tw
+from tensorweave_cpu import fusion, jit
+
+
+@pytest.fixture(params=["compiled", "numpy"])
+def path(request, monkeypatch):
+    if request.param == "compiled" and not fusion.numba_available():
+        pytest.skip("numba is not installed (the fusion extra)")
+    monkeypatch.setitem(jit._state, "on", request.param == "compiled")
+    return request.param
+
+
+def _reference(x, k, s, padding, g):
+    """dx by definition, one window at a time (NHWC)."""
+    n, h, w, c = x.shape
+    if padding == "VALID":
+        oh, ow, pt, pl = (h - k) // s + 1, (w - k) // s + 1, 0, 0
+    else:
+        oh, ow = -(-h // s), -(-w // s)
+        pt = max(0, (oh - 1) * s + k - h) // 2
+        pl = max(0, (ow - 1) * s + k - w) // 2
+    dx = np.zeros_like(x)
+    for b, oy, ox, ch in itertools.product(range(n), range(oh), range(ow), range(c)):
+        cells = [(r, q) for r in range(oy * s - pt, oy * s - pt + k) for q in range(ox * s - pl, ox * s - pl + k)
+                 if 0 <= r < h and 0 <= q < w]
+        best = max(x[b, r, q, ch] for r, q in cells)
+        r, q = next((r, q) for r, q in cells if x[b, r, q, ch] == best)
+        dx[b, r, q, ch] += g[b, oy, ox, ch]
+    return dx
+
+
+def _grad(x, k, s, padding, g, data_format="NHWC"):
+    graph = tw.Graph()
+    with graph.as_default():
+        xt = tw.constant(x if data_format == "NHWC" else x.transpose(0, 3, 1, 2))
+        ksize, strides = ([1, k, k, 1], [1, s, s, 1]) if data_format == "NHWC" else ([1, 1, k, k], [1, 1, s, s])
+        y = tw.nn.max_pool(xt, ksize, strides, padding, data_format=data_format)
+        gt = tw.constant(g if data_format == "NHWC" else g.transpose(0, 3, 1, 2))
+        (dx,) = tw.gradients(y, [xt], grad_ys=[gt])
+        with tw.Session(graph=graph) as sess:
+            out = sess.run(dx)
+    return out if data_format == "NHWC" else out.transpose(0, 2, 3, 1)
+
+
+@pytest.mark.parametrize("k,s,padding", [(2, 2, "VALID"), (2, 2, "SAME"), (3, 2, "SAME"), (3, 1, "VALID"),
+                                         (3, 2, "VALID")])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_matches_the_definition(path, k, s, padding, dtype):
+    rng = np.random.default_rng(k * 10 + s)
+    # Few distinct values: ties inside windows, so "the first maximum" is what is tested.
+    x = rng.integers(0, 4, (2, 7, 6, 3)).astype(dtype)
+    oh = (7 - k) // s + 1 if padding == "VALID" else -(-7 // s)
+    ow = (6 - k) // s + 1 if padding == "VALID" else -(-6 // s)
+    g = rng.standard_normal((2, oh, ow, 3)).astype(dtype)
+    # (overlapping windows add into one input in another order on the NumPy path: to rounding)
+    np.testing.assert_allclose(_grad(x, k, s, padding, g), _reference(x, k, s, padding, g),
+                               rtol=1e-6 if dtype == np.float32 else 1e-14, atol=0)
+
+
+def test_nchw_and_a_batch_split_over_the_cores(path):
+    rng = np.random.default_rng(3)
+    x = rng.standard_normal((96, 28, 28, 8)).astype(np.float32)  # >= 1M elements: split by images
+    g = rng.standard_normal((96, 14, 14, 8)).astype(np.float32)
+    nhwc = _grad(x, 2, 2, "SAME", g)
+    assert nhwc.shape == x.shape and np.count_nonzero(nhwc) == g.size  # distinct values: one winner each
+    np.testing.assert_array_equal(nhwc[:2], _reference(x[:2], 2, 2, "SAME", g[:2]))
+    np.testing.assert_array_equal(_grad(x[:4], 2, 2, "SAME", g[:4], "NCHW"), nhwc[:4])
+
+
+def test_nan_windows_pass_no_gradient(path):
+    x = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    x[0, 0, 0, 0] = np.nan
+    g = np.ones((1, 2, 2, 1), np.float32)
+    dx = _grad(x, 2, 2, "VALID", g)
+    assert dx[0, :2, :2, 0].sum() == 0  # the max is NaN, equal to nothing
+    assert dx[0, 3, 3, 0] == 1 and dx.sum() == 3
+
+
+def test_an_infinite_gradient_reaches_only_the_maximum(path):
+    x = np.arange(16, dtype=np.float32).reshape(1, 4, 4, 1)
+    g = np.array([np.inf, -np.inf, 1, 2], np.float32).reshape(1, 2, 2, 1)
+    dx = _grad(x, 2, 2, "VALID", g)
+    want = np.zeros_like(x)
+    want[0, 1, 1, 0], want[0, 1, 3, 0], want[0, 3, 1, 0], want[0, 3, 3, 0] = np.inf, -np.inf, 1, 2
+    np.testing.assert_array_equal(dx, want)  # no NaN from inf * 0 elsewhere
