@@ -124,9 +124,9 @@ class WorkerServiceHandler(grpc.GenericRpcHandler):
         return grpc.unary_unary_rpc_method_handler(handle, response_serializer=codec.encode)
 
     async def _deferred(self, method: str, payload: bytes):
-        """Wait, holding no thread, for the deferred stream's answer; its ``make_chunks``."""
-        answer, done = transport.loop_future(asyncio.get_running_loop())
-
+        """Wait, holding no thread, for the deferred stream's answer: ``(make_chunks, None)``
+        to drain on a pool thread, or ``(None, drained)`` (``transport.deferred_answer``)."""
+        answer, done = transport.deferred_answer(asyncio.get_running_loop(), _drain)
         cancel = self._dispatcher.start_stream(method, payload, done)
         try:
             finished, _ = await asyncio.wait({answer}, timeout=self._dispatcher.deferred_timeout)
@@ -135,17 +135,19 @@ class WorkerServiceHandler(grpc.GenericRpcHandler):
             raise
         if not finished and cancel():
             err = self._dispatcher.deadline_error(method)
-            return lambda: iter([wire.encode_error(err)])
+            return (lambda: iter([wire.encode_error(err)])), None
         return await answer
 
     def _stream(self, method: str):
         async def handle(data: bytes, context):
             payload = await self._accept(data, context)
             if method in self._dispatcher.deferred:
-                make, pool = await self._deferred(method, payload), self._send
+                (make, drained), pool = await self._deferred(method, payload), self._send
             else:
-                make, pool = (lambda: self._dispatcher.stream(method, payload)), self._pool
-            chunks, err = await asyncio.get_running_loop().run_in_executor(pool, _drain, make)
+                make, drained, pool = (lambda: self._dispatcher.stream(method, payload)), None, self._pool
+            if drained is None:
+                drained = await asyncio.get_running_loop().run_in_executor(pool, _drain, make)
+            chunks, err = drained
             for chunk in chunks:
                 yield chunk
             if err is not None:

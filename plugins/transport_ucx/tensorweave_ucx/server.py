@@ -34,7 +34,7 @@ import os
 import threading
 
 from tensorweave.distributed import wire
-from tensorweave.distributed.transport import CONTROL_METHODS, CallContext, Security, ServiceDispatcher, loop_future
+from tensorweave.distributed.transport import CONTROL_METHODS, CallContext, Security, ServiceDispatcher, deferred_answer
 from tensorweave.framework import errors
 
 from . import env, framing
@@ -207,11 +207,13 @@ class UcxServer:
                 await asyncio.gather(*post_answer(conn, kind, rid, body))
             else:
                 if method in self._dispatcher.deferred:
-                    make, pool = await self._deferred(conn, method, payload), self._send
+                    (make, made), pool = await self._deferred(conn, method, payload), self._send
                 else:
-                    make, pool = (lambda: self._dispatcher.stream(method, payload)), self._pool
+                    make, made, pool = (lambda: self._dispatcher.stream(method, payload)), None, self._pool
+                if made is None:
+                    made = await loop.run_in_executor(pool, self._stream, method, make)
                 # ``parts``: the stream's own chunks, alive until sent (the merged ones are views)
-                first, chunks, parts = await loop.run_in_executor(pool, self._stream, method, make)
+                first, chunks, parts = made
                 table = b"".join(framing.TABLE.pack(len(c)) for c in chunks)
                 sends = post_answer(conn, framing.FETCH_OK, rid, first + table, len(first), len(chunks))
                 # All chunks in flight at once; each lands in its own slice on the client.
@@ -260,13 +262,14 @@ class UcxServer:
 
     async def _deferred(self, conn: Conn, method: str, payload: bytes):
         """Wait, holding no thread, for a deferred stream's answer (``dispatcher.start_stream``);
-        its ``make_chunks``. Withdrawn when the connection goes or ``deferred_timeout`` passes."""
+        ``(make_chunks, None)`` or ``(None, made)`` (``deferred_answer``). Withdrawn when the
+        connection goes or ``deferred_timeout`` passes."""
         if conn.waiting >= MAX_WAITING_PER_CONNECTION:
             err = errors.ResourceExhaustedError(
                 f"{method}: {conn.waiting} requests already wait on this connection, the most a server keeps "
                 f"(MAX_WAITING_PER_CONNECTION)")
-            return lambda: iter([wire.encode_error(err)])
-        answer, done = loop_future(asyncio.get_running_loop())
+            return (lambda: iter([wire.encode_error(err)])), None
+        answer, done = deferred_answer(asyncio.get_running_loop(), lambda make: self._stream(method, make))
 
         conn.waiting += 1
         cancel = self._dispatcher.start_stream(method, payload, done)
@@ -284,7 +287,7 @@ class UcxServer:
             if conn.closed.is_set():
                 raise conn.raised() if conn.error is not None else errors.UnavailableError("connection closed")
             err = self._dispatcher.deadline_error(method)
-            return lambda: iter([wire.encode_error(err)])
+            return (lambda: iter([wire.encode_error(err)])), None
         return await answer
 
     def _stream(self, method: str, make):
