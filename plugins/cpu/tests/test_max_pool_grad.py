@@ -6,20 +6,13 @@ enough to be split over the cores."""
 from __future__ import annotations
 
 import itertools
+import os
 
 import numpy as np
 import pytest
 
 import tensorweave as tw
-from tensorweave_cpu import fusion, jit
-
-
-@pytest.fixture(params=["compiled", "numpy"])
-def path(request, monkeypatch):
-    if request.param == "compiled" and not fusion.numba_available():
-        pytest.skip("numba is not installed (the fusion extra)")
-    monkeypatch.setitem(jit._state, "on", request.param == "compiled")
-    return request.param
+from tensorweave_cpu.kernels import nn
 
 
 def _reference(x, k, s, padding, g):
@@ -69,14 +62,25 @@ def test_matches_the_definition(path, k, s, padding, dtype):
                                rtol=1e-6 if dtype == np.float32 else 1e-14, atol=0)
 
 
-def test_nchw_and_a_batch_split_over_the_cores(path):
+def test_nchw_and_a_batch_split_over_the_cores(path, monkeypatch):
+    calls = []
+    loop = nn._max_pool_grad_loop
+    monkeypatch.setattr(nn, "_max_pool_grad_loop", lambda *a: calls.append(a[-2:]) or loop(*a))
     rng = np.random.default_rng(3)
-    x = rng.standard_normal((96, 28, 28, 8)).astype(np.float32)  # >= 1M elements: split by images
-    g = rng.standard_normal((96, 14, 14, 8)).astype(np.float32)
+    x = rng.standard_normal((176, 28, 28, 8)).astype(np.float32)  # >= 1M elements: split by images
+    g = rng.standard_normal((176, 14, 14, 8)).astype(np.float32)
     nhwc = _grad(x, 2, 2, "SAME", g)
     assert nhwc.shape == x.shape and np.count_nonzero(nhwc) == g.size  # distinct values: one winner each
     np.testing.assert_array_equal(nhwc[:2], _reference(x[:2], 2, 2, "SAME", g[:2]))
     np.testing.assert_array_equal(_grad(x[:4], 2, 2, "SAME", g[:4], "NCHW"), nhwc[:4])
+    if path == "numpy":
+        assert not calls
+        return
+    # the compiled loop ran: the big batch in one block of images per core, then the small whole
+    parts = min(os.cpu_count() or 1, 176)
+    blocks = sorted(calls[:parts])
+    assert [b[0] for b in blocks] == [0] + [b[1] for b in blocks[:-1]] and blocks[-1][1] == 176
+    assert set(calls) == set(blocks) | {(0, 4)}  # (constant folding may run a kernel twice)
 
 
 def test_nan_windows_pass_no_gradient(path):

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 import tensorweave as tw
-from tensorweave_cpu import fusion, jit, rowwise
+from tensorweave_cpu import rowwise
 
 
 def _reference(x, labels):
@@ -24,14 +24,6 @@ def _reference(x, labels):
 
 
 SHAPES = [(1, 1), (3, 5), (64, 10), (40, 1700), (1030, 1024)]  # the last: row blocks over the cores
-
-
-@pytest.fixture(params=["compiled", "numpy"])
-def path(request, monkeypatch):
-    if request.param == "compiled" and not fusion.numba_available():
-        pytest.skip("numba is not installed (the fusion extra)")
-    monkeypatch.setitem(jit._state, "on", request.param == "compiled")
-    return request.param
 
 
 @pytest.mark.parametrize("shape", SHAPES)
