@@ -49,3 +49,18 @@ def test_only_the_first_answer_counts():
 
     _make, (_thread, value) = asyncio.run(scenario())
     assert value == "first"
+
+
+def test_a_failure_to_prepare_is_left_to_the_servers_thread():
+    def failing(make):
+        raise MemoryError("no room for the chunks")
+
+    async def scenario():
+        future, done = transport.deferred_answer(asyncio.get_running_loop(), failing)
+        producer = threading.Thread(target=done, args=(lambda: ["chunk"],))
+        producer.start()  # the producer's thread does not see the failure
+        producer.join()
+        return await asyncio.wait_for(future, 10)
+
+    make, made = asyncio.run(scenario())
+    assert made is None and make() == ["chunk"]

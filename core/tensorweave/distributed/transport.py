@@ -245,10 +245,13 @@ def deferred_answer(loop, prepare):
     loop_thread = threading.get_ident()
 
     def done(make):
-        if threading.get_ident() == loop_thread:
-            settle((make, None))
-        else:
-            settle((None, prepare(make)))
+        if threading.get_ident() != loop_thread:
+            try:
+                settle((None, prepare(make)))
+                return
+            except Exception:  # noqa: BLE001 - not the producer's failure to carry:
+                pass  # the server's own thread makes it again below, and answers its error
+        settle((make, None))
     return future, done
 
 
@@ -322,9 +325,10 @@ class ServiceDispatcher:
         answer — unless the returned ``cancel()`` came first. ``make_chunks()`` returns the
         stream's chunks as ``stream`` would (an error as the only chunk, or raised after the
         first); it may block briefly (a device-to-host copy), so call it on a thread of the
-        server's or in ``done`` itself off the server's event loop (``deferred_answer``). ``cancel()`` withdraws the wait (the caller went away, or ``deferred_timeout``
-        passed): True when withdrawn, False when ``done`` was or is being called (then the
-        answer stands). A request the method refuses at once is ``done`` with its error."""
+        server's, or in ``done`` itself when that is not the server's event loop
+        (``deferred_answer``). ``cancel()`` withdraws the wait (the caller went away, or
+        ``deferred_timeout`` passed): True when withdrawn, False when ``done`` was or is being
+        called (then the answer stands). A request the method refuses at once is ``done`` with its error."""
         fn = self.deferred[method]
 
         def ready(make):

@@ -439,8 +439,9 @@ def _max_pool_grad(ctx):
             raise ctx.error(_E, f"orig_output {y.shape} and grad {g.shape} must have the pooled shape "
                                 f"{(n, oh, ow, c)} (NHWC)")
         if x.dtype == y.dtype == g.dtype and x.dtype.name in ("float32", "float64") and jit.enabled():
-            # One compiled pass (the NumPy path below makes five passes per window position:
-            # 17 ms -> ~2 ms for the convnet's first pool), the images spread over the cores.
+            # One compiled pass (the NumPy path below makes five passes per window position),
+            # the images spread over the cores: the convnet's first pool, [128, 28, 28, 32],
+            # 15-17 ms -> 1.4 ms alone (2.7 ms on one core).
             dx = np.zeros(x.shape, g.dtype)
             xs, ys, gs = (np.ascontiguousarray(a) for a in (x, y, g))
             pt, _, pl, _ = pads
