@@ -317,6 +317,45 @@ def _conv2d(ctx):
     return conv2d
 
 
+def _col2im_images(dcols, dxp, sh, sw, dh, dw):
+    """``dxp[b, oy*sh + i*dh, ox*sw + j*dw, :] += dcols[b, oy, ox, i, j, :]`` for every image
+    and window position (compiled by numba): the input gradient's overlapping adds in one
+    pass along the channels, where NumPy needs a strided add per window position."""
+    n, oh, ow, kh, kw, c = dcols.shape
+    for b in range(n):
+        for oy in range(oh):
+            for ox in range(ow):
+                for i in range(kh):
+                    r = oy * sh + i * dh
+                    for j in range(kw):
+                        q = ox * sw + j * dw
+                        for ch in range(c):
+                            dxp[b, r, q, ch] += dcols[b, oy, ox, i, j, ch]
+
+
+_col2im_loop = jit.Loop(_col2im_images)
+
+
+def _compiled_backprop_input(dy, f, n, h, w, c, oh, ow, pads, sh, sw, dh, dw):
+    """The input gradient as ``dy @ f.T`` (a GEMM of ``kh * kw * c`` columns) per chunk of
+    images into one reused buffer, each chunk's window gradients added back by the compiled
+    col2im: the convnet's second layer 40 -> 22 ms against the correlation below, whose GEMM
+    has only ``c`` (32) columns."""
+    kh, kw, _, co = f.shape
+    pt, pb, pl, pr = pads
+    k = kh * kw * c
+    dxp = np.zeros((n, h + pt + pb, w + pl + pr, c), dy.dtype)
+    dy2d = dy.reshape(n * oh * ow, co)
+    wt = f.reshape(k, co).T
+    step = _chunks(n, oh * ow, k, dy.itemsize)
+    buf = np.empty(step * oh * ow * k, dy.dtype)
+    for s in range(0, n, step):
+        e = min(n, s + step)
+        dcols = blas.matmul(dy2d[s * oh * ow:e * oh * ow], wt, out=buf[:(e - s) * oh * ow * k].reshape(-1, k))
+        _col2im_loop(dcols.reshape(e - s, oh, ow, kh, kw, c), dxp[s:e], sh, sw, dh, dw)
+    return dxp[:, pt:pt + h, pl:pl + w, :]
+
+
 def _conv2d_backprop_input(ctx):
     fmt, sh, sw, dh, dw = _conv_setup(ctx)
     cache = {}
@@ -330,6 +369,9 @@ def _conv2d_backprop_input(ctx):
         dy = _to_nhwc(dy, fmt)
         oh, ow, (pt, pb, pl, pr) = _geometry(ctx, h, w, kh, kw, sh, sw, dh, dw)
         _check_dy(ctx, dy, (n, oh, ow, co))
+        if kh * kw > 1 and dy.dtype == f.dtype and dy.dtype.name in ("float32", "float64") and jit.enabled():
+            dx = _compiled_backprop_input(dy, f, n, h, w, c, oh, ow, (pt, pb, pl, pr), sh, sw, dh, dw)
+            return _from_nhwc(dx, fmt)
         if sh == sw == 1 and kh * kw > 1 and co <= 2 * c:
             # Unit strides: the input gradient is the VALID correlation of dy, padded by the
             # dilated window size less the forward padding, with the flipped, transposed
