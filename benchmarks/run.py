@@ -111,7 +111,7 @@ def main(argv=None) -> int:
     block = "\n".join([BEGIN, f"Measured {stamp} on: {machine_info()}", "", *table, END])
     print(block)
     if args.write:
-        _write(block)
+        _write(table, f"Measured {stamp} on: {machine_info()}", set(args.workloads))
     return 0
 
 
@@ -140,13 +140,32 @@ def _fmt(t: float) -> str:
     return f"{t * 1e6:.1f} us" if t < 1e-3 else f"{t * 1e3:.2f} ms"
 
 
-def _write(block: str) -> None:
+def _write(table: list[str], measured: str, names: set[str]) -> None:
+    """Put ``table``'s rows into docs/performance.md's results block: rows of the workloads
+    in ``names`` replace theirs, the other workloads' rows stay (a run of some workloads
+    updates those), and the block says which rows are from when."""
     path = HERE.parent / "docs" / "performance.md"
     text = path.read_text() if path.exists() else f"# Performance\n\n{BEGIN}\n{END}\n"
     if BEGIN not in text:
         text += f"\n{BEGIN}\n{END}\n"
     head, rest = text.split(BEGIN, 1)
-    _, tail = rest.split(END, 1)
+    old, tail = rest.split(END, 1)
+    old_lines = old.strip().splitlines()
+    old_rows = [ln for ln in old_lines if ln.startswith("| ") and not ln.startswith(("| workload", "| ---"))]
+    old_header = [ln.removeprefix("Other rows: ") for ln in old_lines if ln.startswith(("Measured", "Other rows: "))]
+    kept = [ln for ln in old_rows if ln.split("|")[1].strip() not in names]
+    rows = table[2:]
+    order = []  # workloads in the old table's order, new ones after
+    for ln in old_rows + rows:
+        name = ln.split("|")[1].strip()
+        if name not in order:
+            order.append(name)
+    merged = [ln for name in order for ln in (rows if name in names else kept) if ln.split("|")[1].strip() == name]
+    lines = [measured]
+    if kept:  # which run measured which rows: this one, then the headers of the earlier ones
+        lines = [f"{measured}; the rows of {', '.join(sorted(names))}"]
+        lines += [f"Other rows: {h}" for h in dict.fromkeys(old_header)]
+    block = "\n".join([BEGIN, *lines, "", *table[:2], *merged, END])
     path.write_text(head + block + tail)
     print(f"updated {path}", file=sys.stderr)
 
