@@ -2,11 +2,12 @@
 pooling, bias, L2 loss, InTopK and CheckNumerics.
 
 Convolution is im2col plus one BLAS matrix product: the windows of the (padded) input are
-a strided view, copied once into a ``[batch * out_h * out_w, kh * kw * in]`` matrix.
-The input gradient goes back the other way (col2im) as one strided add per filter
-position, ``kh * kw`` vectorised steps; pooling loops over window positions the same way.
-No kernel loops over pixels or examples in Python. NCHW inputs are transposed to NHWC
-views around the same code.
+a strided view, copied once into a ``[batch * out_h * out_w, kh * kw * in]`` matrix (in
+chunks of images). The input gradient goes back the other way (col2im) as one strided add
+per filter position, ``kh * kw`` vectorised steps; pooling loops over window positions the
+same way. With numba (the plugin's ``fusion`` extra) the input gradient's col2im and max
+pooling's gradient are single compiled passes instead (jit.py). No kernel loops over pixels
+or examples in Python. NCHW inputs are transposed to NHWC views around the same code.
 """
 
 from __future__ import annotations
