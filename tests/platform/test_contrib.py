@@ -17,7 +17,8 @@ rng = np.random.RandomState(2)
 # ---------------------------------------------------------------------------------------
 # layers
 def test_fully_connected_creates_tf1_model_variables(sess):
-    x = tw.constant(rng.randn(4, 3).astype(np.float32))
+    # its own seed: the module's `rng` gives data that depends on which tests ran before
+    x = tw.constant(np.random.RandomState(7).randn(4, 3).astype(np.float32))
     h = layers.fully_connected(x, 5)                   # relu by default
     y = layers.fully_connected(h, 2, activation_fn=None, scope="out")
     z = layers.linear(tw.ones([2, 3, 4]), 6)           # rank 3: over the last axis
@@ -29,7 +30,12 @@ def test_fully_connected_creates_tf1_model_variables(sess):
     sess.run(tw.global_variables_initializer())
     w, b, hv, yv = sess.run([tw.global_variables()[0], tw.global_variables()[1], h, y])
     np.testing.assert_allclose(hv, np.maximum(sess.run(x) @ w + b, 0), rtol=1e-5)
-    assert yv.shape == (4, 2) and (yv < 0).any()       # no activation on "out"
+    # no activation on "out": with weights of -1 its outputs are negative wherever h is not 0
+    sess.run(tw.global_variables()[2].assign(-np.ones((5, 2), np.float32)))
+    hv, yv = sess.run([h, y])
+    assert hv.any()
+    np.testing.assert_allclose(yv, -hv.sum(axis=1, keepdims=True) * np.ones((1, 2)), rtol=1e-5)
+    assert yv.shape == (4, 2) and (yv < 0).any()
 
 
 def test_fully_connected_options(sess):
