@@ -14,6 +14,7 @@ import weakref
 import numpy as np
 
 from tensorweave.runtime.device import Allocator, Device, DeviceFactory
+from tensorweave_cpu import heap
 
 
 class CPUAllocator(Allocator):
@@ -105,6 +106,7 @@ class CPUDeviceFactory(DeviceFactory):
         # TF: several CPU devices of one process, e.g. to try multi-device placement).
         counts = getattr(config, "device_count", None) or {}
         n = max(1, int(counts.get("CPU", counts.get("cpu", 1)) or 1))
+        heap.tune()  # freed arrays are kept for the next step (heap.py)
         cores = os.cpu_count() or 1
         threads = blas_threads()
         out = []

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from tensorweave.plugins import hookimpl
-from tensorweave_cpu import device, fusion, kernels, pool
+from tensorweave_cpu import device, fusion, heap, kernels, onednn, pool
 
 
 @hookimpl
@@ -31,9 +31,19 @@ def tensorweave_register_fusers(registry):
 
 @hookimpl
 def tensorweave_doctor():
-    if fusion.numba_available():
-        import importlib.metadata as md
+    import importlib.metadata as md
 
-        return [("CPU fusion", f"element-wise fusion compiles with numba {md.version('numba')}")]
-    return [("CPU fusion", "off: numba is not installed"),
-            ("hint", "element-wise fusion on the CPU needs numba: `pip install tensorweave-cpu[fusion]`")]
+    lines = [("CPU heap", heap.tune())]
+    if fusion.numba_available():
+        lines.append(("CPU fusion", f"element-wise fusion compiles with numba {md.version('numba')}"))
+    else:
+        lines += [("CPU fusion", "off: numba is not installed"),
+                  ("hint", "element-wise fusion on the CPU needs numba: `pip install tensorweave-cpu[fusion]`")]
+    if onednn.enabled():
+        lines.append(("CPU convolutions", f"oneDNN {onednn.version()} (float32 Conv2D and its gradients)"))
+    elif onednn.available():
+        lines.append(("CPU convolutions", "im2col + BLAS: oneDNN is installed but TENSORWEAVE_ONEDNN=0"))
+    else:
+        lines += [("CPU convolutions", "im2col + BLAS: oneDNN is not installed"),
+                  ("hint", "faster float32 convolutions: `pip install tensorweave-cpu[onednn]` (x86-64 Linux)")]
+    return lines

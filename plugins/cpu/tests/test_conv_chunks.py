@@ -1,6 +1,6 @@
-"""The CPU convolutions do their im2col in chunks of the batch (tensorweave_cpu/kernels/nn.py:
-``_CHUNK_BYTES``): with chunks of one or a few images, Conv2D and both its gradients give what
-the whole-batch computation gives."""
+"""The CPU's own convolutions (oneDNN's off) do their im2col in chunks of the batch
+(tensorweave_cpu/kernels/nn.py: ``_CHUNK_BYTES``): with chunks of one or a few images, Conv2D
+and both its gradients give what the whole-batch computation gives."""
 
 import numpy as np
 import pytest
@@ -26,7 +26,8 @@ def _conv_and_grads(x, f, strides, padding, dilations):
     ([1, 2, 2, 1], "VALID", [1, 1, 1, 1]),
     ([1, 1, 1, 1], "VALID", [1, 2, 2, 1]),
 ])
-def test_chunked_batches_give_the_whole_batch_values(channels, strides, padding, dilations, monkeypatch):
+def test_chunked_batches_give_the_whole_batch_values(channels, strides, padding, dilations, monkeypatch,
+                                                    without_onednn):
     rng = np.random.default_rng(0)
     x = rng.standard_normal((7, 9, 8, channels)).astype(np.float32)
     f = rng.standard_normal((3, 3, channels, 4)).astype(np.float32)

@@ -1,0 +1,141 @@
+"""oneDNN's convolutions (tensorweave_cpu/onednn.py, the cpu plugin's ``onednn`` extra): float32
+Conv2D and both its gradients give what the CPU's own im2col + BLAS paths give in float64, for
+both layouts, strides, dilations and every padding; other dtypes and switched-off oneDNN take
+the own paths; batch sizes change; concurrent steps share the primitives safely."""
+
+import concurrent.futures
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import tensorweave as tw
+from tensorweave_cpu import onednn
+
+pytestmark = pytest.mark.skipif(not onednn.available(), reason="oneDNN is not installed (the cpu plugin's onednn extra)")
+
+
+@pytest.fixture
+def on(monkeypatch):
+    monkeypatch.setitem(onednn._state, "on", True)
+
+
+def _conv_and_grads(x, f, dy, *, strides, padding, dilations, data_format):
+    g = tw.Graph()
+    with g.as_default():
+        xp = tw.placeholder(x.dtype, [None, *x.shape[1:]])
+        fp, dyp = tw.placeholder(f.dtype, f.shape), tw.placeholder(dy.dtype, [None, *dy.shape[1:]])
+        y = tw.nn.conv2d(xp, fp, strides=strides, padding=padding, dilations=dilations, data_format=data_format)
+        dx, df = tw.gradients(y, [xp, fp], grad_ys=dyp)
+        with tw.Session(graph=g, config=tw.ConfigProto(device_count={"OPENCL": 0})) as s:
+            return s.run([y, dx, df], {xp: x, fp: f, dyp: dy})
+
+
+def _out_shape(x, f, strides, padding, dilations, data_format):
+    """Shape of conv2d's output, computed by a float64 run (never oneDNN's)."""
+    g = tw.Graph()
+    with g.as_default():
+        y = tw.nn.conv2d(tw.constant(x.astype(np.float64)), tw.constant(f.astype(np.float64)), strides=strides,
+                         padding=padding, dilations=dilations, data_format=data_format)
+        with tw.Session(graph=g) as s:
+            return s.run(y).shape
+
+
+GEOMETRIES = [
+    # (kernel, strides, padding, dilations)
+    (5, (1, 1), "SAME", (1, 1)),
+    (3, (2, 2), "SAME", (1, 1)),
+    (4, (2, 1), "SAME", (1, 1)),          # even window: more padding after than before
+    (3, (2, 2), "VALID", (1, 1)),
+    (3, (1, 1), "SAME", (2, 2)),
+    (2, (3, 2), "VALID", (2, 1)),         # strides that skip rows at the end
+    (1, (1, 1), "VALID", (1, 1)),
+]
+
+
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("k,strides,padding,dilations", GEOMETRIES)
+@pytest.mark.parametrize("channels", [1, 3])
+def test_conv2d_and_gradients_match_float64(on, data_format, k, strides, padding, dilations, channels):
+    rng = np.random.default_rng(k * 10 + channels)
+    nhwc_x = rng.standard_normal((3, 9, 10, channels))
+    f = rng.standard_normal((k, k, channels, 5))
+    s4 = [1, *strides, 1] if data_format == "NHWC" else [1, 1, *strides]
+    d4 = [1, *dilations, 1] if data_format == "NHWC" else [1, 1, *dilations]
+    x = nhwc_x if data_format == "NHWC" else nhwc_x.transpose(0, 3, 1, 2).copy()
+    dy = rng.standard_normal(_out_shape(x, f, s4, padding, d4, data_format))
+    kw = dict(strides=s4, padding=padding, dilations=d4, data_format=data_format)
+    want = _conv_and_grads(x, f, dy, **kw)  # float64: the CPU's own paths
+    before = dict(onednn.stats)
+    got = _conv_and_grads(x.astype(np.float32), f.astype(np.float32), dy.astype(np.float32), **kw)
+    for name, a, b in zip(("Conv2D", "input gradient", "filter gradient"), got, want):
+        assert a.dtype == np.float32 and a.shape == b.shape, name
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * np.abs(b).max(), err_msg=name)
+    ran = {k: onednn.stats[k] - before[k] for k in before}
+    # One input channel keeps the compiled col2im for the input gradient (kernels/nn.py).
+    assert ran == {"forward": 1, "backward_data": int(channels > 1), "backward_weights": 1}
+
+
+def test_float64_and_switched_off_take_the_own_paths(monkeypatch):
+    rng = np.random.default_rng(0)
+    x, f, dy = rng.standard_normal((2, 6, 6, 3)), rng.standard_normal((3, 3, 3, 4)), rng.standard_normal((2, 6, 6, 4))
+    kw = dict(strides=[1, 1, 1, 1], padding="SAME", dilations=[1, 1, 1, 1], data_format="NHWC")
+    monkeypatch.setitem(onednn._state, "on", True)
+    before = dict(onednn.stats)
+    want = _conv_and_grads(x, f, dy, **kw)
+    assert onednn.stats == before                       # float64: oneDNN has no such convolution
+    monkeypatch.setitem(onednn._state, "on", False)
+    own = _conv_and_grads(*(a.astype(np.float32) for a in (x, f, dy)), **kw)
+    assert onednn.stats == before
+    for a, b in zip(own, want):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4)
+
+
+def test_environment_switch(monkeypatch):
+    monkeypatch.delitem(onednn._state, "on", raising=False)
+    monkeypatch.setenv("TENSORWEAVE_ONEDNN", "0")
+    assert onednn.enabled() is False
+    monkeypatch.delitem(onednn._state, "on")
+    monkeypatch.delenv("TENSORWEAVE_ONEDNN")
+    assert onednn.enabled() is True
+
+
+def test_batch_sizes_change_and_concurrent_steps_agree(on):
+    """One node sees several batch sizes (one set of primitives each, bounded), and steps run
+    from four threads at once give each its own values."""
+    rng = np.random.default_rng(1)
+    f = rng.standard_normal((3, 3, 4, 6)).astype(np.float32)
+    g = tw.Graph()
+    with g.as_default():
+        xp = tw.placeholder(tw.float32, [None, 8, 8, 4])
+        y = tw.nn.conv2d(xp, tw.constant(f), strides=[1, 1, 1, 1], padding="SAME")
+        (dx,) = tw.gradients(tw.reduce_sum(y * y), [xp])
+    xs = {n: rng.standard_normal((n, 8, 8, 4)).astype(np.float32) for n in (1, 2, 5, 7)}
+    with tw.Session(graph=g) as s:
+        want = {n: s.run([y, dx], {xp: x}) for n, x in xs.items()}
+        ref = {n: _conv_and_grads(x.astype(np.float64), f.astype(np.float64),
+                                  2 * want[n][0].astype(np.float64), strides=[1, 1, 1, 1], padding="SAME",
+                                  dilations=[1, 1, 1, 1], data_format="NHWC") for n, x in xs.items()}
+        for n in xs:
+            np.testing.assert_allclose(want[n][0], ref[n][0], rtol=1e-4, atol=1e-3)
+            np.testing.assert_allclose(want[n][1], ref[n][1], rtol=1e-4, atol=1e-3)
+        with concurrent.futures.ThreadPoolExecutor(4) as pool:
+            runs = [(n, pool.submit(s.run, [y, dx], {xp: xs[n]})) for n in [1, 2, 5, 7] * 6]
+            for n, fut in runs:
+                got = fut.result(timeout=60)
+                np.testing.assert_array_equal(got[0], want[n][0])
+                np.testing.assert_array_equal(got[1], want[n][1])
+
+
+def test_loading_leaves_the_environment_as_it_was():
+    """libgomp, loaded with libdnnl, reads OMP_WAIT_POLICY once: PASSIVE unless the user chose,
+    and the process's environment (what child processes inherit) is left as it was."""
+    code = ("import os, tensorweave_cpu.onednn as o; assert o.available(); "
+            "print(os.environ.get('OMP_WAIT_POLICY')); "
+            "print(any('libgomp' in l for l in open('/proc/self/maps')))")
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.split() == ["None", "True"]
