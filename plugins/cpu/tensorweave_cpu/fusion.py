@@ -28,10 +28,12 @@ integers (NumPy wraps, a C conversion is undefined), and expressions with more t
 
 from __future__ import annotations
 
-import importlib.util
 import threading
 
 import numpy as np
+
+from tensorweave_cpu import rowwise
+from tensorweave_cpu.jit import numba_available as numba_available  # re-exported: the plugin asks here
 
 # The element count up to which a transcendental op fuses: each element costs 2-40x more
 # through the C library than through NumPy's SIMD loops (measured: float32 tanh 13.6 ns
@@ -47,11 +49,6 @@ FLOAT_ONLY = frozenset({"Exp", "Log", "Log1p", "Expm1", "Sqrt", "Rsqrt", "Recipr
 FLOATS = frozenset({"float32", "float64"})
 INTS = frozenset({"int8", "int16", "int32", "int64", "uint8", "uint16", "uint32", "uint64"})
 NUMERIC = FLOATS | INTS
-
-
-def numba_available() -> bool:
-    """Whether numba is installed (without importing it: that takes about a second)."""
-    return importlib.util.find_spec("numba") is not None
 
 
 class CPUFuser:
@@ -79,7 +76,13 @@ class CPUFuser:
     def compile(self, expr, ctx):
         if expr.n_inputs > MAX_INPUTS:
             return None
-        return compiled_ufunc(expr)
+        ufunc = compiled_ufunc(expr)
+        out = ctx.op.outputs[0]
+        if out.shape.is_fully_defined() and out.shape.num_elements() >= rowwise.PARALLEL_MIN:
+            # a million elements and more (a convolution's activations): a block of rows per core
+            return rowwise.split_ufunc(ufunc, expr.output_type.np_dtype,
+                                       in_dtypes=[t.np_dtype for t in expr.input_types])
+        return ufunc
 
 
 # ---------------------------------------------------------------------------------------

@@ -7,12 +7,16 @@ fusion.py, generates its functions from expressions; these are written by hand.)
 
 from __future__ import annotations
 
+import importlib.util
 import threading
-
-from tensorweave_cpu.fusion import numba_available
 
 _lock = threading.Lock()
 _state: dict = {}  # "on": whether numba is installed (tests set it to take the NumPy paths)
+
+
+def numba_available() -> bool:
+    """Whether numba is installed (without importing it: that takes about a second)."""
+    return importlib.util.find_spec("numba") is not None
 
 
 def enabled() -> bool:

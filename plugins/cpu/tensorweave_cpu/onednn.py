@@ -70,6 +70,7 @@ class OneDNNError(RuntimeError):
 
 
 _lock = threading.Lock()
+_exec_lock = threading.Lock()
 _state: dict = {}  # "lib", "engine", "version" once loaded; "on": tests' switch
 _local = threading.local()  # each thread's stream
 stats = {"forward": 0, "backward_data": 0, "backward_weights": 0}  # executions (tests check the path taken)
@@ -334,7 +335,10 @@ class Convolution:
     def _run(self, prim, args):
         """Execute ``prim`` on ``args`` ((arg id, descriptor, array) triples): memory objects
         wrap the arrays for this call only, so concurrent calls share nothing but the
-        primitive (oneDNN's primitives are thread-safe)."""
+        primitive (oneDNN's primitives are thread-safe). One call at a time in the process:
+        each spreads over every core already, and two at once (a convolution's two gradients
+        on two executor threads) would start two OpenMP teams on the same cores, as TF's
+        shared intra-op pool avoids."""
         lib, engine = self._lib, _state["engine"]
         mems = []
         try:
@@ -343,7 +347,8 @@ class Convolution:
                 _check(lib.dnnl_memory_create(ctypes.byref(m), md, engine, _P(arr.ctypes.data)), "memory creation")
                 mems.append(m)
             exec_args = (_ExecArg * len(args))(*[_ExecArg(a, m) for (a, _, _), m in zip(args, mems)])
-            _check(lib.dnnl_primitive_execute(prim, _stream(), len(args), exec_args), "execution")
+            with _exec_lock:
+                _check(lib.dnnl_primitive_execute(prim, _stream(), len(args), exec_args), "execution")
         finally:
             for m in mems:
                 lib.dnnl_memory_destroy(m)

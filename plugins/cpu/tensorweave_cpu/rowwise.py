@@ -9,8 +9,9 @@ blocks of rows that stay in cache, the blocks spread over the cores (NumPy relea
 TensorFlow also spreads this work over its threads). Without numba small inputs take the
 NumPy path on one thread.
 
-``split_rows`` is the same spreading for other kernels: element-wise products of a million
-elements and more (kernels/math.py) run one block of rows per core.
+``split_rows`` is the same spreading for other kernels, and ``split_ufunc`` for element-wise
+ones: binary ops, ReLU's gradient and fused element-wise nodes of a million elements and more
+(kernels/math.py, kernels/nn.py, fusion.py) run one block of rows per core.
 """
 
 from __future__ import annotations
@@ -103,6 +104,53 @@ def split_rows(fn, n: int) -> None:
     finally:
         for f in futures:
             f.result()
+
+
+def _rows_of(a, rank: int, r0: int, r1: int):
+    """Rows ``r0:r1`` of an operand of a result of ``rank`` dimensions (all of it when the
+    operand is broadcast along the first one: fewer dimensions, or a first one of 1)."""
+    return a[r0:r1] if getattr(a, "ndim", 0) == rank and a.shape[0] != 1 else a
+
+
+def split_ufunc(ufunc, dt, allocate=None, in_dtypes=None):
+    """``ufunc`` (an element-wise NumPy ufunc: a kernel's, or a fused expression's) over a
+    million elements and more, one block of rows per core, into ``np.empty`` (or
+    ``allocate(shape, dt)``). Same values: each element is computed as the whole call
+    computes it. Operands of other dtypes than ``in_dtypes`` (default: all ``dt``), or a
+    result with fewer than two rows, take the plain call."""
+    def f(*xs):
+        shapes = [np.shape(x) for x in xs]
+        shape = shapes[0] if all(s == shapes[0] for s in shapes) else np.broadcast_shapes(*shapes)
+        want = in_dtypes or [dt] * len(xs)
+        if len(shape) == 0 or shape[0] < 2 or any(getattr(x, "dtype", None) != w for x, w in zip(xs, want)):
+            return ufunc(*xs)
+        out = allocate(shape, dt) if allocate is not None else np.empty(shape, dt)
+        rank = len(shape)
+        split_rows(lambda r0, r1: ufunc(*[_rows_of(x, rank, r0, r1) for x in xs], out=out[r0:r1]), shape[0])
+        return out
+    return f
+
+
+# Summing the leading axes of a C-contiguous array with few trailing elements (a bias gradient
+# over a convolution's [n * h * w, c] activations): NumPy's reduction walks down one column at
+# a time (strided), einsum adds whole rows into the result: the same sums in the same order,
+# 2-5x faster up to a few hundred columns ([100352, 32]: 2.5 -> 0.76 ms; [1120, 10000]: none).
+SUM_ROWS_MIN_ELEMENTS = 1 << 16
+SUM_ROWS_MAX_COLUMNS = 512
+
+
+def sum_leading(x: np.ndarray, k: int):
+    """``x`` summed over its first ``k`` axes, or None where NumPy's own reduction is as good
+    (small, wide, not C-contiguous, not float32/float64)."""
+    if x.dtype not in (np.float32, np.float64) or x.size < SUM_ROWS_MIN_ELEMENTS or not x.flags.c_contiguous \
+            or not 0 < k < x.ndim:
+        return None
+    cols = 1
+    for d in x.shape[k:]:
+        cols *= d
+    if cols > SUM_ROWS_MAX_COLUMNS:
+        return None
+    return np.einsum("ij->j", x.reshape(-1, cols)).reshape(x.shape[k:])
 
 
 def sparse_xent(x: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:

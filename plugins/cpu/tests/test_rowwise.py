@@ -8,7 +8,10 @@ import numpy as np
 import pytest
 
 import tensorweave as tw
-from tensorweave_cpu import rowwise
+from tensorweave.framework.graph import apply_op
+from tensorweave_cpu import fusion, rowwise
+
+needs_fusion = pytest.mark.skipif(not fusion.numba_available(), reason="numba is not installed (the fusion extra)")
 
 
 def _reference(x, labels):
@@ -89,3 +92,71 @@ def test_large_binary_ops_split_by_rows_give_the_same_values(op, x_shape, y_shap
     ufunc = {"Mul": np.multiply, "Add": np.add, "Sub": np.subtract, "Maximum": np.maximum}[op]
     assert splits, "the specialised plan did not split the product"
     assert got.tobytes() == ufunc(xv, yv).tobytes()
+
+
+def _count_splits(monkeypatch):
+    splits = []
+    real = rowwise.split_rows
+    monkeypatch.setattr(rowwise, "split_rows", lambda fn, n: splits.append(n) or real(fn, n))
+    return splits
+
+
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+def test_a_large_relu_gradient_splits_by_rows_with_the_same_bits(monkeypatch):
+    splits = _count_splits(monkeypatch)
+    rng = np.random.default_rng(1)
+    gv, fv = rng.normal(size=(64, 30, 30, 20)).astype(np.float32), rng.normal(size=(64, 30, 30, 20)).astype(np.float32)
+    gv[0, 0, 0, :4] = [np.inf, -np.inf, np.nan, np.inf]
+    fv[0, 0, 0, :4] = [-1, 2, 3, 0]                     # inf * 0 is NaN, as TF's multiply gives
+    g = tw.Graph()
+    with g.as_default():
+        gp, fp = tw.placeholder(tw.float32, [None, 30, 30, 20]), tw.placeholder(tw.float32, [None, 30, 30, 20])
+        dx = apply_op("ReluGrad", [gp, fp])
+    with tw.Session(graph=g) as s:
+        got = s.run(dx, {gp: gv, fp: fv})
+    assert splits == [64]
+    assert got.tobytes() == (gv * (fv > 0)).tobytes()
+
+
+@needs_fusion
+def test_a_large_fused_node_splits_by_rows_with_the_same_bits(monkeypatch):
+    splits = _count_splits(monkeypatch)
+    rng = np.random.default_rng(2)
+    xv = rng.normal(size=(128, 28, 28, 32)).astype(np.float32)
+    bv = rng.normal(size=32).astype(np.float32)
+    g = tw.Graph()
+    with g.as_default():
+        x = tw.placeholder(tw.float32, [None, 28, 28, 32])
+        y = tw.nn.relu(x * 1.5 + tw.constant(bv))         # one fused node: bias broadcast along the rows
+    with tw.Session(graph=g) as s:
+        for _ in range(2):                               # the node compiles at its second run
+            s.run(y, {x: xv})
+        splits.clear()
+        got = s.run(y, {x: xv})
+    assert splits == [128]                               # one split: the fused node's, not Mul's and Add's
+    want = np.maximum(xv * np.float32(1.5) + bv, np.float32(0))
+    assert got.tobytes() == want.tobytes()
+
+
+@pytest.mark.parametrize("shape,axes,keep", [
+    ((128, 10, 10, 32), [0, 1, 2], False),   # a bias gradient over a convolution's activations
+    ((4096, 20), [0], True),
+    ((70000, 3), [0], False),
+    ((300, 400, 2), [0, 1], False),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_sums_over_leading_axes_add_whole_rows_with_the_same_bits(shape, axes, keep, dtype):
+    xv = np.random.default_rng(3).normal(size=shape).astype(dtype)
+    g = tw.Graph()
+    with g.as_default():
+        x = tw.placeholder(dtype, [None] * len(shape))
+        s_ = tw.reduce_sum(x, axis=axes, keepdims=keep)
+        bias = tw.placeholder(dtype, [shape[-1]])
+        (db,) = tw.gradients(tw.nn.bias_add(x, bias), [bias], grad_ys=x)   # BiasAddGrad
+    with tw.Session(graph=g) as s:
+        got, got_db = s.run([s_, db], {x: xv, bias: np.zeros(shape[-1], dtype)})
+    assert rowwise.sum_leading(xv, len(axes)) is not None   # the einsum path is taken
+    want = np.add.reduce(xv, axis=tuple(axes), keepdims=keep)
+    assert got.shape == want.shape and got.tobytes() == want.tobytes()
+    want_db = np.add.reduce(xv, axis=tuple(range(len(shape) - 1)))
+    assert got_db.tobytes() == want_db.tobytes()

@@ -51,6 +51,23 @@ def _relu_grad(g, f):
     return g * (f > 0)
 
 
+def _relu_grad_factory(ctx):
+    """ReLU's gradient; from a million elements (a convolution's activations) one block of
+    rows per core, each block computed as the whole is."""
+    out = ctx.op.outputs[0]
+    if not out.shape.is_fully_defined() or out.shape.num_elements() < rowwise.PARALLEL_MIN:
+        return _relu_grad
+    dt = ctx.output_dtypes[0].np_dtype
+
+    def relu_grad(g, f):
+        if g.shape != f.shape or g.dtype != dt or f.dtype != dt or g.ndim == 0 or g.shape[0] < 2:
+            return _relu_grad(g, f)
+        res = np.empty(g.shape, dt)
+        rowwise.split_rows(lambda r0, r1: np.multiply(g[r0:r1], f[r0:r1] > 0, out=res[r0:r1]), g.shape[0])
+        return res
+    return relu_grad
+
+
 def _relu6_grad(g, f):
     return g * ((f > 0) & (f < 6))
 
@@ -602,6 +619,10 @@ def _bias_add_grad(ctx):
         if g.ndim < 2:
             raise ctx.error(_E, f"out_backprop must have rank at least 2, got shape {g.shape}")
         keep = 1 if nchw else g.ndim - 1
+        if not nchw:
+            r = rowwise.sum_leading(g, g.ndim - 1)
+            if r is not None:
+                return r
         return np.sum(g, axis=tuple(a for a in range(g.ndim) if a != keep), dtype=g.dtype)
     return bias_add_grad
 
@@ -645,7 +666,7 @@ def register(reg):
     reg.register("Relu6", CPU, _relu6)
     reg.register("Elu", CPU, _elu)
     reg.register("Softplus", CPU, _softplus)
-    reg.register("ReluGrad", CPU, _relu_grad)
+    reg.register("ReluGrad", CPU, factory=_relu_grad_factory)
     reg.register("Relu6Grad", CPU, _relu6_grad)
     reg.register("EluGrad", CPU, _elu_grad)
     reg.register("SoftplusGrad", CPU, _softplus_grad)
