@@ -245,3 +245,31 @@ def test_nested_loops_on_two_devices(fake_devices):
     expect = sum(i * j for i in range(6) for j in range(i))
     with tw.Session() as sess:
         assert sess.run(total, options=tw.RunOptions(timeout_in_ms=30000)) == float(expect)
+
+
+def test_a_finished_step_leaves_no_reference_cycles():
+    """A step with loops (a while loop and its gradient) leaves nothing for the garbage
+    collector: its values are freed when the step returns. (The root frame and its iteration
+    referred to each other, and that cycle held every value of the step until the collector
+    ran, well into the next step: an LSTM language model's process grew to 3.6 GB.)"""
+    import gc
+
+    g = tw.Graph()
+    with g.as_default():
+        x = tw.placeholder(tw.float32, [None, 8])
+        w = tw.Variable(np.full((8, 8), 0.1, np.float32))
+        _, h = tw.while_loop(lambda i, h: i < 5, lambda i, h: (i + 1, tw.tanh(tw.matmul(h, w))), [tw.constant(0), x])
+        (dw,) = tw.gradients(tw.reduce_sum(h), [w])
+        init = tw.global_variables_initializer()
+    feed = {x: np.ones((4, 8), np.float32)}
+    with tw.Session(graph=g) as s:
+        s.run(init)
+        want = s.run(dw, feed)                       # builds and warms the plan
+        gc.collect()
+        gc.disable()
+        try:
+            got = s.run(dw, feed)
+            assert gc.collect() == 0
+        finally:
+            gc.enable()
+    np.testing.assert_array_equal(got, want)

@@ -339,6 +339,10 @@ class FrameState(StepState):
             elif it.i - 1 in f.iters:
                 return
             if f.parent is None:
+                # The step is over. The root frame and its iteration refer to each other: left
+                # so, that cycle kept every value of the step (200 MB in the LSTM benchmark)
+                # alive until the garbage collector next ran, well into the next step.
+                f.iters.clear()
                 self.done.set()
                 return
             del f.iters[it.i]

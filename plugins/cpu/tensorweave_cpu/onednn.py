@@ -60,6 +60,11 @@ class _ExecArg(ctypes.Structure):
     _fields_ = [("arg", ctypes.c_int), ("memory", _P)]
 
 
+# The argument arrays' types, made once: ``_ExecArg * n`` makes a new ctypes type (with
+# reference cycles for the garbage collector) on every call.
+_ARG_ARRAYS = {n: _ExecArg * n for n in (2, 3)}
+
+
 class _Version(ctypes.Structure):
     _fields_ = [("major", ctypes.c_int), ("minor", ctypes.c_int), ("patch", ctypes.c_int),
                 ("hash", ctypes.c_char_p), ("cpu_runtime", ctypes.c_uint), ("gpu_runtime", ctypes.c_uint)]
@@ -346,7 +351,7 @@ class Convolution:
                 m = _P()
                 _check(lib.dnnl_memory_create(ctypes.byref(m), md, engine, _P(arr.ctypes.data)), "memory creation")
                 mems.append(m)
-            exec_args = (_ExecArg * len(args))(*[_ExecArg(a, m) for (a, _, _), m in zip(args, mems)])
+            exec_args = _ARG_ARRAYS[len(args)](*[_ExecArg(a, m) for (a, _, _), m in zip(args, mems)])
             with _exec_lock:
                 _check(lib.dnnl_primitive_execute(prim, _stream(), len(args), exec_args), "execution")
         finally:
