@@ -8,8 +8,11 @@ program — the product waits for a descheduled thread. Measured on this project
 machines under load: a 128x128x64 product took 5.6 ms on two threads and 28 us on one; an
 LSTM language model's step 1135 ms against 52 ms.
 
-So products below ``SMALL_FLOPS`` run on one BLAS thread and larger ones on the BLAS's own
-thread count (the ``*_NUM_THREADS`` variables a user set, else one per core). The count is
+So products below ``SMALL_FLOPS`` run on one BLAS thread. Larger 2-D products are split by
+rows (or columns) into one block per BLAS thread the user allowed (the ``*_NUM_THREADS``
+variables, else one per core), each block a one-thread BLAS call on the plugin's row pool
+(see ``_split_matmul`` for why not OpenBLAS's own threads); larger batched products run on
+the BLAS's own thread count. The count is
 changed through threadpoolctl's handle on the loaded BLAS library, only when it differs from
 the last one set (a C call of about a microsecond). Without threadpoolctl, or with a BLAS it
 cannot drive, products run as NumPy runs them. ``TENSORWEAVE_BLAS_POLICY=0`` turns the
@@ -76,11 +79,42 @@ def use_threads_for(flops: float) -> None:
 SWAP_MAX_ROWS = 128
 
 
+# A large 2-D product is split by us, one block of rows (or columns, when there are few rows)
+# per core, each block a single-threaded BLAS call on the plugin's row pool, rather than given
+# to OpenBLAS's own threads: those spin for about 2^28 cycles (~0.1 s) after every threaded
+# call before they sleep (OPENBLAS_THREAD_TIMEOUT, read only when NumPy loads OpenBLAS), and
+# in a step that makes one large product every few tens of milliseconds (a language model's
+# softmax) a spinning worker held one of two cores for good: a third of the LSTM benchmark's
+# CPU samples were OpenBLAS's idle loop. Our pool's threads wait on a queue. Blocks are at
+# least SPLIT_MIN_ROWS rows (or columns) so that each stays an efficient GEMM.
+SPLIT_MIN_ROWS = 64
+
+
+def _split_matmul(a, b, out, parts):
+    """``a @ b`` (2-D, large) in ``parts`` blocks on the row pool, one BLAS thread each."""
+    from tensorweave_cpu import rowwise  # (rowwise -> jit; imported here, where it is needed)
+
+    m, n = a.shape[0], b.shape[1]
+    if out is None:
+        out = np.empty((m, n), np.result_type(a.dtype, b.dtype))
+    use_threads_for(0)
+    if m >= parts * SPLIT_MIN_ROWS and m >= n // 4:
+        rowwise.split_rows(lambda r0, r1: np.matmul(a[r0:r1], b, out=out[r0:r1]), m)
+    else:
+        rowwise.split_rows(lambda c0, c1: np.matmul(a, b[:, c0:c1], out=out[:, c0:c1]), n)
+    return out
+
+
 def matmul(a, b, out=None):
     """``np.matmul`` on the thread count its size deserves."""
     if a.ndim >= 2 and b.ndim >= 2:
         batch = a.size // (a.shape[-1] * a.shape[-2]) if a.shape[-1] and a.shape[-2] else 0
-        use_threads_for(2.0 * max(batch, 1) * a.shape[-2] * a.shape[-1] * b.shape[-1])
+        flops = 2.0 * max(batch, 1) * a.shape[-2] * a.shape[-1] * b.shape[-1]
+        if flops >= SMALL_FLOPS and a.ndim == 2 == b.ndim and a.dtype == b.dtype and a.dtype.char in "fd" \
+                and (out is None or out.dtype == a.dtype) and _state.get("max", 1) > 1 and _controllers() \
+                and max(a.shape[0], b.shape[1]) >= 2 * SPLIT_MIN_ROWS:
+            return _split_matmul(a, b, out, _state["max"])
+        use_threads_for(flops)
         if out is None and a.ndim == 2 and b.ndim == 2 and a.shape[0] <= SWAP_MAX_ROWS \
                 and b.shape[1] > a.shape[0] and b.flags.f_contiguous and not b.flags.c_contiguous \
                 and a.dtype.char in "fd" and b.dtype == a.dtype:
