@@ -98,10 +98,15 @@ def _split_matmul(a, b, out, parts):
     if out is None:
         out = np.empty((m, n), np.result_type(a.dtype, b.dtype))
     use_threads_for(0)
-    if m >= parts * SPLIT_MIN_ROWS and m >= n // 4:
-        rowwise.split_rows(lambda r0, r1: np.matmul(a[r0:r1], b, out=out[r0:r1]), m)
-    else:
-        rowwise.split_rows(lambda c0, c1: np.matmul(a, b[:, c0:c1], out=out[:, c0:c1]), n)
+    try:
+        if m >= parts * SPLIT_MIN_ROWS and m >= n // 4:
+            rowwise.split_rows(lambda r0, r1: np.matmul(a[r0:r1], b, out=out[r0:r1]), m)
+        else:
+            rowwise.split_rows(lambda c0, c1: np.matmul(a, b[:, c0:c1], out=out[:, c0:c1]), n)
+    finally:
+        # The BLAS's own count again, for the NumPy code around the session (its large
+        # products would otherwise run on one thread); setting it wakes no thread.
+        use_threads_for(SMALL_FLOPS)
     return out
 
 

@@ -24,7 +24,8 @@ def test_small_products_run_on_one_thread_and_large_ones_in_blocks_over_the_core
 
     blocks = []
     real = rowwise.split_rows
-    monkeypatch.setattr(rowwise, "split_rows", lambda fn, n: blocks.append(n) or real(fn, n))
+    # (rows or columns split, BLAS threads while the blocks run)
+    monkeypatch.setattr(rowwise, "split_rows", lambda fn, n: blocks.append((n, blas.threads_now())) or real(fn, n))
     rng = np.random.default_rng(0)
     a, b = rng.normal(size=(32, 400)).astype(np.float32), rng.normal(size=(400, 800)).astype(np.float32)
     big_a = rng.normal(size=(600, 600)).astype(np.float32)
@@ -37,11 +38,13 @@ def test_small_products_run_on_one_thread_and_large_ones_in_blocks_over_the_core
         small = sess.run(prod, {x: a, y: b.T})
         assert blas.threads_now() == 1 and blocks == []
         large = sess.run(prod, {x: big_a, y: big_a})  # 2 * 600^3 = 4.3e8 flops: by rows
-        assert blas.threads_now() == 1 and blocks == [600]
+        assert blocks == [(600, 1)]
+        # (after a split product the BLAS's own count is back, for NumPy code around the session)
+        assert blas.threads_now() == blas.max_threads()
         wide = sess.run(plain, {x: wide_a, y: wide_b})  # 200 rows, 3000 columns: by columns
-        assert blas.threads_now() == 1 and blocks == [600, 3000]
+        assert blocks == [(600, 1), (3000, 1)]
         batched = sess.run(bprod, {bx: batch})         # 4 * 2 * 300^3 = 2.2e8 flops
-        assert blas.threads_now() == blas.max_threads() and blocks == [600, 3000]
+        assert blas.threads_now() == blas.max_threads() and blocks == [(600, 1), (3000, 1)]
     np.testing.assert_allclose(small, a @ b, rtol=1e-5)
     np.testing.assert_allclose(large, big_a @ big_a.T, rtol=1e-4, atol=1e-3)
     np.testing.assert_allclose(wide, wide_a @ wide_b, rtol=1e-4, atol=1e-3)
