@@ -1,7 +1,8 @@
 """MaxPoolGrad's compiled loop (kernels/nn.py, with numba) and its NumPy path give TF's
 gradient: each output's gradient to the first maximum of its window (row-major, padding
 never chosen), for VALID and SAME padding, overlapping windows, ties, NCHW and a batch large
-enough to be split over the cores."""
+enough to be split over the cores. MaxPool's own compiled loop and NumPy path: each window's
+maximum, NaN and infinities included."""
 
 from __future__ import annotations
 
@@ -99,3 +100,55 @@ def test_an_infinite_gradient_reaches_only_the_maximum(path):
     want = np.zeros_like(x)
     want[0, 1, 1, 0], want[0, 1, 3, 0], want[0, 3, 1, 0], want[0, 3, 3, 0] = np.inf, -np.inf, 1, 2
     np.testing.assert_array_equal(dx, want)  # no NaN from inf * 0 elsewhere
+
+
+@pytest.mark.parametrize("k,s,padding", [(2, 2, "SAME"), (3, 2, "SAME"), (3, 1, "VALID"), (2, 2, "VALID"), (3, 3, "SAME")])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.filterwarnings("ignore:invalid value encountered")
+def test_max_pool_forward_gives_each_windows_maximum(path, k, s, padding, data_format, dtype):
+    """MaxPool's compiled loop and its NumPy path: each window's maximum (padding never
+    chosen), NaN wherever a window holds one, infinities kept."""
+    rng = np.random.default_rng(k * 10 + s)
+    x = rng.normal(size=(3, 7, 8, 5)).astype(dtype)
+    x[0, 0, 0, 0], x[1, 3, 4, 2], x[2, 6, 7, 4] = np.nan, -np.inf, np.inf
+    graph = tw.Graph()
+    with graph.as_default():
+        xt = tw.constant(x if data_format == "NHWC" else x.transpose(0, 3, 1, 2))
+        y = tw.nn.max_pool(xt, [1, k, k, 1] if data_format == "NHWC" else [1, 1, k, k],
+                           [1, s, s, 1] if data_format == "NHWC" else [1, 1, s, s], padding, data_format=data_format)
+        with tw.Session(graph=graph) as sess:
+            got = sess.run(y)
+    if data_format == "NCHW":
+        got = got.transpose(0, 2, 3, 1)
+    n, h, w, c = x.shape
+    if padding == "VALID":
+        oh, ow, pt, pl = (h - k) // s + 1, (w - k) // s + 1, 0, 0
+    else:
+        oh, ow = -(-h // s), -(-w // s)
+        pt, pl = max(0, (oh - 1) * s + k - h) // 2, max(0, (ow - 1) * s + k - w) // 2
+    want = np.empty((n, oh, ow, c), dtype)
+    for oy, ox in itertools.product(range(oh), range(ow)):
+        win = x[:, max(0, oy * s - pt):oy * s - pt + k, max(0, ox * s - pl):ox * s - pl + k, :]
+        want[:, oy, ox, :] = np.max(win, axis=(1, 2))   # np.max: NaN wherever a window has one
+    assert got.dtype == dtype
+    np.testing.assert_array_equal(got, want)
+
+
+def test_a_large_max_pool_splits_its_images_over_the_cores(monkeypatch):
+    if not nn.jit.enabled():
+        pytest.skip("numba is not installed (the fusion extra)")
+    from tensorweave_cpu import rowwise
+
+    splits = []
+    real = rowwise.split_rows
+    monkeypatch.setattr(rowwise, "split_rows", lambda fn, n: splits.append(n) or real(fn, n))
+    x = np.random.default_rng(0).normal(size=(64, 28, 28, 32)).astype(np.float32)
+    graph = tw.Graph()
+    with graph.as_default():
+        xp = tw.placeholder(tw.float32, [None, 28, 28, 32])   # (a constant would be folded at plan time)
+        y = tw.nn.max_pool(xp, [1, 2, 2, 1], [1, 2, 2, 1], "SAME")
+        with tw.Session(graph=graph) as sess:
+            got = sess.run(y, {xp: x})
+    assert splits == [64]
+    np.testing.assert_array_equal(got, x.reshape(64, 14, 2, 14, 2, 32).max(axis=(2, 4)))
