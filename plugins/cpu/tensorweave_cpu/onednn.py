@@ -358,25 +358,25 @@ class Convolution:
             for m in mems:
                 lib.dnnl_memory_destroy(m)
 
-    def forward(self, x, f):
-        prim, w_md, size, reorder, _ = self._direction("forward")
-        x, f = np.ascontiguousarray(x, np.float32), np.ascontiguousarray(f, np.float32)
+    def _with_filter(self, kind, f, arg, md, value, out_arg, out_md, out_shape):
+        """Run ``kind`` (forward or backward data): the filter reordered into the layout the
+        primitive wants, ``value`` (x or dy) as ``arg``, the result a new array of
+        ``out_shape`` as ``out_arg``."""
+        prim, w_md, size, reorder, _ = self._direction(kind)
+        value, f = np.ascontiguousarray(value, np.float32), np.ascontiguousarray(f, np.float32)
         w = np.empty(size // 4, np.float32)
         self._run(reorder, [(_ARG_SRC, self._f_md, f), (_ARG_DST, w_md, w)])
-        y = np.empty(self.y_shape, np.float32)
-        self._run(prim, [(_ARG_SRC, self._x_md, x), (_ARG_WEIGHTS, w_md, w), (_ARG_DST, self._y_md, y)])
-        stats["forward"] += 1
-        return y
+        out = np.empty(out_shape, np.float32)
+        self._run(prim, [(arg, md, value), (_ARG_WEIGHTS, w_md, w), (out_arg, out_md, out)])
+        stats[kind] += 1
+        return out
+
+    def forward(self, x, f):
+        return self._with_filter("forward", f, _ARG_SRC, self._x_md, x, _ARG_DST, self._y_md, self.y_shape)
 
     def backward_data(self, dy, f):
-        prim, w_md, size, reorder, _ = self._direction("backward_data")
-        dy, f = np.ascontiguousarray(dy, np.float32), np.ascontiguousarray(f, np.float32)
-        w = np.empty(size // 4, np.float32)
-        self._run(reorder, [(_ARG_SRC, self._f_md, f), (_ARG_DST, w_md, w)])
-        dx = np.empty(self.x_shape, np.float32)
-        self._run(prim, [(_ARG_DIFF_DST, self._y_md, dy), (_ARG_WEIGHTS, w_md, w), (_ARG_DIFF_SRC, self._x_md, dx)])
-        stats["backward_data"] += 1
-        return dx
+        return self._with_filter("backward_data", f, _ARG_DIFF_DST, self._y_md, dy, _ARG_DIFF_SRC, self._x_md,
+                                 self.x_shape)
 
     def backward_weights(self, x, dy):
         prim, w_md, size, reorder, _ = self._direction("backward_weights")
