@@ -26,6 +26,8 @@ import threading
 
 import numpy as np
 
+from tensorweave_cpu import rowwise
+
 # A few milliseconds of single-threaded sgemm on a current core: below it a second thread
 # wins back less than one wait for a descheduled thread costs on a busy machine.
 SMALL_FLOPS = 2e8
@@ -92,8 +94,6 @@ SPLIT_MIN_ROWS = 64
 
 def _split_matmul(a, b, out, parts):
     """``a @ b`` (2-D, large) in ``parts`` blocks on the row pool, one BLAS thread each."""
-    from tensorweave_cpu import rowwise  # (rowwise -> jit; imported here, where it is needed)
-
     m, n = a.shape[0], b.shape[1]
     if out is None:
         out = np.empty((m, n), np.result_type(a.dtype, b.dtype))

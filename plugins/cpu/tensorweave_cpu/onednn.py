@@ -43,7 +43,6 @@ _FORMAT_ANY = 1
 _FORWARD_TRAINING = 64
 _CONVOLUTION_DIRECT = 1
 _STREAM_IN_ORDER = 1
-_QUERY_IMPL_INFO_STR = 8
 _QUERY_WEIGHTS_MD = 131
 _QUERY_DIFF_WEIGHTS_MD = 132
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS = 1, 17, 33
@@ -328,13 +327,6 @@ class Convolution:
             reorder = self._reorder(w_md, self._f_md) if kind == "backward_weights" else self._reorder(self._f_md, w_md)
             made = self._made[kind] = (self._primitive(pd), w_md, size, reorder, pd)
             return made
-
-    def implementation(self, kind="forward") -> str:
-        """oneDNN's name of the implementation it chose (e.g. ``brgconv:avx512_core``)."""
-        pd = self._direction(kind)[4]
-        name = ctypes.c_char_p()
-        self._lib.dnnl_primitive_desc_query(pd, _QUERY_IMPL_INFO_STR, 0, ctypes.byref(name))
-        return (name.value or b"").decode()
 
     # -- execution ----------------------------------------------------------------------
     def _run(self, prim, args):

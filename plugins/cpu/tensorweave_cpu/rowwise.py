@@ -106,6 +106,15 @@ def split_rows(fn, n: int) -> None:
             f.result()
 
 
+def over_rows(fn, n: int, elements: int) -> None:
+    """``fn(r0, r1)`` over rows ``[0, n)``: one block per core from ``PARALLEL_MIN`` elements,
+    else one call (``fn`` should release the GIL: a numba loop compiled ``nogil``, NumPy)."""
+    if elements >= PARALLEL_MIN:
+        split_rows(fn, n)
+    else:
+        fn(0, n)
+
+
 def _rows_of(a, rank: int, r0: int, r1: int):
     """Rows ``r0:r1`` of an operand of a result of ``rank`` dimensions (all of it when the
     operand is broadcast along the first one: fewer dimensions, or a first one of 1)."""

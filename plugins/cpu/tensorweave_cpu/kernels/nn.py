@@ -47,25 +47,17 @@ def _softplus(x):
     return np.logaddexp(x, _zero(x)).astype(x.dtype, copy=False)
 
 
-def _relu_grad(g, f):
-    return g * (f > 0)
+def _relu_grad(g, f, out=None):
+    return np.multiply(g, f > 0, out=out)
 
 
 def _relu_grad_factory(ctx):
     """ReLU's gradient; from a million elements (a convolution's activations) one block of
-    rows per core, each block computed as the whole is."""
+    rows per core (``rowwise.split_ufunc``), each block computed as the whole is."""
     out = ctx.op.outputs[0]
     if not out.shape.is_fully_defined() or out.shape.num_elements() < rowwise.PARALLEL_MIN:
         return _relu_grad
-    dt = ctx.output_dtypes[0].np_dtype
-
-    def relu_grad(g, f):
-        if g.shape != f.shape or g.dtype != dt or f.dtype != dt or g.ndim == 0 or g.shape[0] < 2:
-            return _relu_grad(g, f)
-        res = np.empty(g.shape, dt)
-        rowwise.split_rows(lambda r0, r1: np.multiply(g[r0:r1], f[r0:r1] > 0, out=res[r0:r1]), g.shape[0])
-        return res
-    return relu_grad
+    return rowwise.split_ufunc(_relu_grad, ctx.output_dtypes[0].np_dtype)
 
 
 def _relu6_grad(g, f):
@@ -509,12 +501,7 @@ def _max_pool(ctx):
             xs, y = np.ascontiguousarray(x), np.empty((n, oh, ow, x.shape[3]), x.dtype)
             pt, _, pl, _ = pads
 
-            def images(n0, n1):
-                _max_pool_loop(xs, y, kh, kw, sh, sw, pt, pl, n0, n1)
-            if x.size >= rowwise.PARALLEL_MIN:
-                rowwise.split_rows(images, n)
-            else:
-                images(0, n)
+            rowwise.over_rows(lambda n0, n1: _max_pool_loop(xs, y, kh, kw, sh, sw, pt, pl, n0, n1), n, x.size)
             return _from_nhwc(y, fmt)
         xp = _pad(x, pads, _lowest(x.dtype))
         rows = _pool_1d(xp, 1, kh, sh, oh, np.maximum)
@@ -563,12 +550,8 @@ def _max_pool_grad(ctx):
             xs, ys, gs = (np.ascontiguousarray(a) for a in (x, y, g))
             pt, _, pl, _ = pads
 
-            def images(n0, n1):
-                _max_pool_grad_loop(xs, ys, gs, dx, kh, kw, sh, sw, pt, pl, n0, n1)
-            if x.size >= rowwise.PARALLEL_MIN:
-                rowwise.split_rows(images, n)
-            else:
-                images(0, n)
+            rowwise.over_rows(lambda n0, n1: _max_pool_grad_loop(xs, ys, gs, dx, kh, kw, sh, sw, pt, pl, n0, n1),
+                              n, x.size)
             return _from_nhwc(dx, fmt)
         xp = _pad(x, pads, _lowest(x.dtype))
         dxp = np.zeros(xp.shape, g.dtype)
