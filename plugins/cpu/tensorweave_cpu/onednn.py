@@ -95,7 +95,6 @@ _SIGNATURES = {
     "dnnl_convolution_backward_weights_primitive_desc_create": (
         ctypes.c_int, [ctypes.POINTER(_P), _P, ctypes.c_int, _P, _P, _P, _P, _Dims, _Dims, _Dims, _Dims, _P, _P]),
     "dnnl_reorder_primitive_desc_create": (ctypes.c_int, [ctypes.POINTER(_P), _P, _P, _P, _P, _P]),
-    "dnnl_primitive_desc_query": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_int, _P]),
     "dnnl_primitive_desc_query_md": (_P, [_P, ctypes.c_int, ctypes.c_int]),
     "dnnl_primitive_desc_destroy": (ctypes.c_int, [_P]),
     "dnnl_primitive_create": (ctypes.c_int, [ctypes.POINTER(_P), _P]),
@@ -155,6 +154,16 @@ def _load():
             continue
         return lib, engine, f"{v.major}.{v.minor}.{v.patch}"
     return None
+
+
+def _after_fork_in_child():
+    """A forked child has none of the parent's OpenMP threads, and GNU OpenMP, which oneDNN
+    runs on, may wait for them forever: the child's convolutions take the own paths."""
+    _state["on"] = False
+    _local.__dict__.clear()
+
+
+os.register_at_fork(after_in_child=_after_fork_in_child)
 
 
 def _loaded():

@@ -102,6 +102,13 @@ def test_environment_switch(monkeypatch):
     assert onednn.enabled() is True
 
 
+def test_a_forked_child_switches_onednn_off(monkeypatch):
+    """(GNU OpenMP is not fork-safe: the handler os.register_at_fork runs in a child.)"""
+    monkeypatch.setitem(onednn._state, "on", True)
+    onednn._after_fork_in_child()
+    assert onednn.enabled() is False
+
+
 def test_batch_sizes_change_and_concurrent_steps_agree(on):
     """One node sees several batch sizes (one set of primitives each, bounded), and steps run
     from four threads at once give each its own values."""
