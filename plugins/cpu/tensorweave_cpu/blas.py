@@ -116,7 +116,7 @@ def matmul(a, b, out=None):
         batch = a.size // (a.shape[-1] * a.shape[-2]) if a.shape[-1] and a.shape[-2] else 0
         flops = 2.0 * max(batch, 1) * a.shape[-2] * a.shape[-1] * b.shape[-1]
         if flops >= SMALL_FLOPS and a.ndim == 2 == b.ndim and a.dtype == b.dtype and a.dtype.char in "fd" \
-                and (out is None or out.dtype == a.dtype) and _state.get("max", 1) > 1 and _controllers() \
+                and (out is None or out.dtype == a.dtype) and _controllers() and _state["max"] > 1 \
                 and max(a.shape[0], b.shape[1]) >= 2 * SPLIT_MIN_ROWS:
             return _split_matmul(a, b, out, _state["max"])
         use_threads_for(flops)

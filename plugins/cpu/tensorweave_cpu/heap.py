@@ -67,9 +67,3 @@ def _tune() -> str:
     return (f"freed arrays up to {MMAP_THRESHOLD >> 20} MiB are kept for reuse (glibc mmap threshold "
             f"{MMAP_THRESHOLD >> 20} MiB, trim threshold {TRIM_THRESHOLD >> 30} GiB; "
             "TENSORWEAVE_HEAP_TUNING=0 turns this off)")
-
-
-def status() -> str:
-    """What ``tune()`` did, or would do, in this process."""
-    return _state.get("result") or ("not tuned yet (tuned when the first session starts)" if not _off()
-                                    else "glibc's defaults (TENSORWEAVE_HEAP_TUNING=0)")

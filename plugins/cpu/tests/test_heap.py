@@ -20,7 +20,7 @@ import tensorweave as tw
 from tensorweave_cpu import heap
 
 tw.Session().close()                  # makes the CPU devices: the heap is tuned then
-print(heap.status())
+print(heap.tune())                    # (what the first call did: it runs once)
 
 def faults():
     return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
