@@ -15,7 +15,9 @@ each transport's ratio to raw TCP (best against best, median against median).
 variable update on a ps task from 2 workers, 2 client threads at once — median and p99
 over ``--steps`` steps per client, for ``local`` (one process), ``inproc``, each
 transport named and, when it is installed, TensorFlow (``tf.compat.v1`` sessions on three
-``tf.distribute.Server`` processes of the same shape)::
+``tf.distribute.Server`` processes of the same shape); with grpc, also the floor of any
+Python gRPC implementation (``grpcio-sync``, ``grpcio-aio``: the same three calls per step
+between bare grpcio servers whose handlers do nothing)::
 
     python benchmarks/transfer.py --null-step --transports grpc,ucx --steps 500
 
@@ -320,6 +322,98 @@ def bench_null_step_tf(steps: int, warmup: int = 20) -> list[float]:
             p.wait(30)
 
 
+# The floor under any gRPC null step written in Python: the same three calls per step (the
+# client's RunGraph to its worker and to the ps at once; the ps's handler pulls one small value
+# from the worker) between three processes whose handlers do nothing else, over bare grpcio.
+# "grpcio-sync": grpcio's thread-pool server, unary calls only; "grpcio-aio": its asyncio server
+# with the RunGraph handler on a pool thread and the pull a 2-message stream, as ours are.
+_FLOOR_TASK = """
+import asyncio, sys
+from concurrent import futures
+import grpc
+role, port, kind = sys.argv[1], sys.argv[2], sys.argv[3]
+peers = sys.argv[4].split(",") if len(sys.argv) > 4 else []
+same = lambda b: b
+pulls = {}
+def pull(i):
+    if i not in pulls:
+        ch = grpc.insecure_channel("127.0.0.1:" + peers[i], options=[("SingleThreadedUnaryStream", 1)])
+        if kind == "sync":
+            pulls[i] = ch.unary_unary("/f/Recv", request_serializer=same, response_deserializer=same)
+        else:
+            stream = ch.unary_stream("/f/Recv", request_serializer=same, response_deserializer=same)
+            pulls[i] = lambda req, _ch=ch: b"".join(stream(req))
+    return pulls[i](b"key")
+def run_graph(req, ctx=None):
+    if role == "ps":
+        pull(req[0])
+    return b"done"
+if kind == "sync":
+    handlers = {"RunGraph": grpc.unary_unary_rpc_method_handler(run_graph, same, same),
+                "Recv": grpc.unary_unary_rpc_method_handler(lambda req, ctx: b"v" * 64, same, same)}
+    server = grpc.server(futures.ThreadPoolExecutor(16), handlers=[grpc.method_handlers_generic_handler("f", handlers)])
+    server.add_insecure_port("127.0.0.1:" + port)
+    server.start()
+    print("ready", flush=True)
+    sys.stdin.read()
+else:
+    async def main():
+        pool = futures.ThreadPoolExecutor(16)
+        async def run_graph_aio(req, ctx):
+            return await asyncio.get_running_loop().run_in_executor(pool, run_graph, req)
+        async def recv(req, ctx):
+            yield b"h" * 32
+            yield b"v" * 64
+        handlers = {"RunGraph": grpc.unary_unary_rpc_method_handler(run_graph_aio, same, same),
+                    "Recv": grpc.unary_stream_rpc_method_handler(recv, same, same)}
+        server = grpc.aio.server(handlers=[grpc.method_handlers_generic_handler("f", handlers)])
+        server.add_insecure_port("127.0.0.1:" + port)
+        await server.start()
+        print("ready", flush=True)
+        await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+    asyncio.run(main())
+"""
+
+
+def bench_null_step_floor(kind: str, steps: int, warmup: int = 20) -> list[float]:
+    """Seconds per step of the bare-grpcio floor (``kind`` "sync" or "aio"), both clients."""
+    import grpc
+
+    from tensorweave.distributed import launcher
+
+    ports = [str(p) for p in launcher.pick_ports(3)]
+    tasks = [("worker", ports[0]), ("worker", ports[1]), ("ps", ports[2], ",".join(ports[:2]))]
+    procs = [subprocess.Popen([sys.executable, "-c", _FLOOR_TASK, t[0], t[1], kind, *t[2:]],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True) for t in tasks]
+    channels = []
+    try:
+        for p in procs:
+            if p.stdout.readline().strip() != "ready":
+                raise RuntimeError("a grpcio floor task did not start")
+
+        def stub(port):
+            channels.append(grpc.insecure_channel(f"127.0.0.1:{port}"))
+            return channels[-1].unary_unary("/f/RunGraph")
+
+        ps = stub(ports[2])
+
+        def client(i):
+            worker = stub(ports[i])
+
+            def step():
+                answer = worker.future(b"step")
+                ps(bytes([i]) + b"step")
+                answer.result()
+            return step
+        return _time_clients([client(0), client(1)], steps, warmup)
+    finally:
+        for ch in channels:
+            ch.close()
+        for p in procs:
+            p.stdin.close()
+            p.wait(30)
+
+
 def bench_unary(name: str, calls: int, nbytes: int) -> list[float]:
     from tensorweave.distributed import transport
 
@@ -351,8 +445,16 @@ def null_step_main(transports: list[str], steps: int) -> None:
           f"{steps} steps each ({os.cpu_count()} CPUs)")
     print(f"{'':10s} {'median ms':>10s} {'p99 ms':>8s} {'steps/s (both clients)':>24s}", flush=True)
     rows = ["local", *transports] + (["tensorflow"] if _have_tensorflow() else [])
+    if "grpc" in transports:
+        rows += ["grpcio-sync", "grpcio-aio"]
     for name in rows:
-        times = sorted(bench_null_step_tf(steps) if name == "tensorflow" else bench_null_step(name, steps))
+        if name == "tensorflow":
+            times = bench_null_step_tf(steps)
+        elif name.startswith("grpcio-"):
+            times = bench_null_step_floor(name.partition("-")[2], steps)
+        else:
+            times = bench_null_step(name, steps)
+        times = sorted(times)
         p99 = times[min(len(times) - 1, int(0.99 * len(times)))]
         print(f"{name:10s} {statistics.median(times) * 1e3:10.3f} {p99 * 1e3:8.3f} "
               f"{2 / statistics.mean(times):24.0f}", flush=True)

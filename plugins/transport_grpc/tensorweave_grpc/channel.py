@@ -10,6 +10,7 @@ channels are); ``close()`` closes the grpc channel.
 from __future__ import annotations
 
 import grpc
+import grpc.experimental
 
 from tensorweave.distributed import wire
 from tensorweave.framework import errors
@@ -32,6 +33,10 @@ class GrpcChannel:
             # that restarted connects now, instead of sharing an old subchannel's reconnect
             # back-off (the runtime replaces a channel that found its peer gone).
             ("grpc.use_local_subchannel_pool", 1),
+            # A RecvTensor stream is read on the calling thread. Without this grpcio starts a
+            # thread for every stream call on a channel with none in flight (its "channel spin"
+            # thread, which exits when the call ends): a thread start per pulled tensor.
+            (grpc.experimental.ChannelOptions.SingleThreadedUnaryStream, 1),
         ]
         if security.tls:
             root = security.tls_root if security.tls_root is not None else security.tls_cert
