@@ -48,8 +48,10 @@ def _grad(x, k, s, padding, g, data_format="NHWC"):
     return out if data_format == "NHWC" else out.transpose(0, 2, 3, 1)
 
 
+# (2, 2) and (3, 3) windows tile the image: the compiled path writes each element once
+# (_max_pool_grad_tiles), zero in the rows and columns no window covers (VALID, 7 x 6, k 3).
 @pytest.mark.parametrize("k,s,padding", [(2, 2, "VALID"), (2, 2, "SAME"), (3, 2, "SAME"), (3, 1, "VALID"),
-                                         (3, 2, "VALID")])
+                                         (3, 2, "VALID"), (3, 3, "VALID"), (3, 3, "SAME")])
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_matches_the_definition(path, k, s, padding, dtype):
     rng = np.random.default_rng(k * 10 + s)
@@ -65,8 +67,8 @@ def test_matches_the_definition(path, k, s, padding, dtype):
 
 def test_nchw_and_a_batch_split_over_the_cores(path, monkeypatch):
     calls = []
-    loop = nn._max_pool_grad_loop
-    monkeypatch.setattr(nn, "_max_pool_grad_loop", lambda *a: calls.append(a[-2:]) or loop(*a))
+    loop = nn._max_pool_grad_tiles_loop  # 2 x 2 windows, strides 2: they tile the image
+    monkeypatch.setattr(nn, "_max_pool_grad_tiles_loop", lambda *a: calls.append(a[-2:]) or loop(*a))
     rng = np.random.default_rng(3)
     x = rng.standard_normal((176, 28, 28, 8)).astype(np.float32)  # >= 1M elements: split by images
     g = rng.standard_normal((176, 14, 14, 8)).astype(np.float32)

@@ -532,6 +532,36 @@ def _max_pool_grad_images(x, y, g, dx, kh, kw, sh, sw, pt, pl, n0, n1):
 _max_pool_grad_loop = jit.Loop(_max_pool_grad_images)
 
 
+def _max_pool_grad_tiles(x, y, g, dx, kh, kw, pt, pl, n0, n1):
+    """``_max_pool_grad_images`` for windows that tile the image (strides equal to the window:
+    each input element lies in one window at most), writing every element of ``dx`` once
+    (``np.empty``, no ``+=``): the gradient or zero in a window, zero outside all of them."""
+    h, w, c = x.shape[1], x.shape[2], x.shape[3]
+    oh, ow = y.shape[1], y.shape[2]
+    r_lo, r_hi = max(0, -pt), min(h, oh * kh - pt)  # the rows and columns some window covers
+    q_lo, q_hi = max(0, -pl), min(w, ow * kw - pl)
+    open_ = np.empty(c, np.bool_)
+    zero = g.dtype.type(0)
+    for b in range(n0, n1):
+        for r in range(h):
+            for q in range(w):
+                if r < r_lo or r >= r_hi or q < q_lo or q >= q_hi:
+                    for ch in range(c):
+                        dx[b, r, q, ch] = zero
+        for oy in range(oh):
+            for ox in range(ow):
+                open_[:] = True
+                for r in range(max(0, oy * kh - pt), min(h, oy * kh - pt + kh)):
+                    for q in range(max(0, ox * kw - pl), min(w, ox * kw - pl + kw)):
+                        for ch in range(c):
+                            hit = open_[ch] & (x[b, r, q, ch] == y[b, oy, ox, ch])
+                            dx[b, r, q, ch] = g[b, oy, ox, ch] if hit else zero
+                            open_[ch] &= not hit
+
+
+_max_pool_grad_tiles_loop = jit.Loop(_max_pool_grad_tiles)
+
+
 def _max_pool_grad(ctx):
     fmt, (kh, kw), (sh, sw) = _pool_setup(ctx)
 
@@ -546,10 +576,14 @@ def _max_pool_grad(ctx):
             # One compiled pass (the NumPy path below makes five passes per window position),
             # the images spread over the cores: the convnet's first pool, [128, 28, 28, 32],
             # 15-17 ms -> 1.4 ms alone (2.7 ms on one core).
-            dx = np.zeros(x.shape, g.dtype)
             xs, ys, gs = (np.ascontiguousarray(a) for a in (x, y, g))
             pt, _, pl, _ = pads
-
+            if (kh, kw) == (sh, sw):  # windows that tile: each element written once
+                dx = np.empty(x.shape, g.dtype)
+                rowwise.over_rows(lambda n0, n1: _max_pool_grad_tiles_loop(xs, ys, gs, dx, kh, kw, pt, pl, n0, n1),
+                                  n, x.size)
+                return _from_nhwc(dx, fmt)
+            dx = np.zeros(x.shape, g.dtype)
             rowwise.over_rows(lambda n0, n1: _max_pool_grad_loop(xs, ys, gs, dx, kh, kw, sh, sw, pt, pl, n0, n1),
                               n, x.size)
             return _from_nhwc(dx, fmt)
