@@ -1,5 +1,6 @@
 """Matmul fusion (passes/matmul_fusion.py): MatMul -> bias add [-> Relu|Relu6] becomes one
-_FusedMatMul node with the values of the nodes it replaces."""
+_FusedMatMul node, NHWC Conv2D -> bias add [-> Relu|Relu6] one _FusedConv2D, with the values
+of the nodes they replace."""
 
 import numpy as np
 import pytest
@@ -110,3 +111,82 @@ def test_fused_matmul_rejects_what_it_cannot_compute():
         apply_op("_FusedMatMul", [a, b, [tw.constant(np.ones(4, np.float32))]], {"fused_ops": ["Relu"]})
     with pytest.raises(tw.errors.InvalidArgumentError, match="bias of length 5"):
         apply_op("_FusedMatMul", [a, b, [tw.constant(np.ones(5, np.float32))]], {"fused_ops": ["BiasAdd"]})
+
+
+def _conv_data(rng):
+    x = rng.standard_normal((2, 7, 8, 3)).astype(np.float32)
+    x[0, 1, 2, 0] = np.nan  # NaN reaches the outputs whose windows hold it, through the ReLU too
+    return x, rng.standard_normal((3, 3, 3, 4)).astype(np.float32), rng.standard_normal(4).astype(np.float32)
+
+
+@pytest.mark.parametrize("build,activation", [
+    (lambda c, b: tw.nn.relu(c + b), "Relu"),
+    (lambda c, b: tw.nn.relu6(tw.nn.bias_add(c, b)), "Relu6"),
+    (lambda c, b: b + c, None),
+])
+@pytest.mark.parametrize("strides,padding", [((1, 1), "SAME"), ((2, 1), "VALID")])
+def test_convolution_bias_and_activation_become_one_node_with_the_same_values(build, activation, strides, padding):
+    x0, w, bias = _conv_data(np.random.default_rng(5))
+    x = tw.placeholder(tw.float32, [None, 7, 8, 3], name="x")
+    out = build(tw.nn.conv2d(x, tw.constant(w), [1, *strides, 1], padding), tw.constant(bias))
+    got, types = _run(out, {x: x0})
+    assert types.count("_FusedConv2D") == 1
+    assert not {"Conv2D", "Add", "AddV2", "BiasAdd", "Relu", "Relu6"} & set(types)
+    want, types = _run(out, {x: x0}, OFF)
+    assert "_FusedConv2D" not in types
+    assert np.isnan(want).any() and not np.isnan(want).all()
+    np.testing.assert_array_equal(got, want)  # bit for bit, NaN where the unfused nodes give NaN
+
+
+def test_convolutions_that_are_not_fused():
+    rng = np.random.default_rng(6)
+    x0, w, bias = _conv_data(rng)
+    nchw = x0.transpose(0, 3, 1, 2).copy()
+    x = tw.placeholder(tw.float32, [None, 3, 7, 8], name="x")
+    conv = tw.nn.conv2d(x, tw.constant(w), [1, 1, 1, 1], "SAME", data_format="NCHW")
+    _, types = _run(tw.nn.relu(tw.nn.bias_add(conv, tw.constant(bias), data_format="NCHW")), {x: nchw})
+    assert "_FusedConv2D" not in types and "Conv2D" in types  # NCHW: left alone
+    tw.reset_default_graph()
+    x = tw.placeholder(tw.float32, [None, 7, 8, 3], name="x")
+    conv = tw.nn.conv2d(x, tw.constant(w), [1, 1, 1, 1], "SAME")
+    (cv, rv), types = _run([conv, tw.nn.relu(conv + tw.constant(bias))], {x: x0})  # the convolution fetched
+    assert "_FusedConv2D" not in types and "Conv2D" in types
+    np.testing.assert_array_equal(rv, np.maximum(cv + bias, 0))
+
+
+def test_training_through_fused_convolutions_matches_unfused():
+    def train(config):
+        g = tw.Graph()
+        with g.as_default():
+            rng = np.random.default_rng(7)
+            x = tw.placeholder(tw.float32, [None, 6, 6, 2])
+            w1 = tw.Variable(rng.standard_normal((3, 3, 2, 4)).astype(np.float32))
+            b1 = tw.Variable(rng.standard_normal(4).astype(np.float32))
+            h = tw.nn.relu(tw.nn.conv2d(x, w1, [1, 1, 1, 1], "SAME") + b1)
+            loss = tw.reduce_mean(tw.square(h))
+            step = tw.train.GradientDescentOptimizer(0.01).minimize(loss)
+            feed = {x: rng.standard_normal((3, 6, 6, 2)).astype(np.float32)}
+            with tw.Session(config=config) as s:
+                s.run(tw.global_variables_initializer())
+                for _ in range(3):
+                    s.run(step, feed)
+                return s.run([w1, b1, loss], feed)
+    for a, b in zip(train(None), train(OFF)):
+        np.testing.assert_array_equal(a, b)
+
+
+def test_fused_conv2d_rejects_what_it_cannot_compute():
+    from tensorweave.framework.graph import apply_op
+
+    x = tw.constant(np.ones((1, 5, 5, 2), np.float32))
+    w = tw.constant(np.ones((3, 3, 2, 4), np.float32))
+    conv = {"strides": [1, 1, 1, 1], "padding": "SAME"}
+    with pytest.raises(tw.errors.InvalidArgumentError, match="fused_ops must be"):
+        apply_op("_FusedConv2D", [x, w, [tw.constant(np.ones(4, np.float32))]], {**conv, "fused_ops": ["Tanh"]})
+    with pytest.raises(tw.errors.InvalidArgumentError, match="bias of length 3 for a result with 4 channels"):
+        apply_op("_FusedConv2D", [x, w, [tw.constant(np.ones(3, np.float32))]], {**conv, "fused_ops": ["BiasAdd"]})
+    # a bias whose length is known only when the step runs: the kernel says what it expected
+    b = tw.placeholder(tw.float32, [None])
+    y = apply_op("_FusedConv2D", [x, w, [b]], {**conv, "fused_ops": ["BiasAdd", "Relu"]}, name="fc")
+    with tw.Session() as s, pytest.raises(tw.errors.InvalidArgumentError, match="fc.*one value per output channel"):
+        s.run(y, {b: np.ones(5, np.float32)})

@@ -15,11 +15,12 @@ nodes on one device by one such node. Plans travel as GraphDefs (to worker proce
 - ``names`` (optional): the node each step came from, so that an error raised while the
   fused node runs step by step names the user's node.
 
-``_FusedMatMul`` (TensorFlow's name and attrs) is a MatMul whose result goes straight through
-the ops ``fused_ops`` names: ``["BiasAdd"]`` (add ``args[0]``, a vector of the product's
-column count) and optionally ``"Relu"`` or ``"Relu6"`` after it. The matmul-fusion pass
-(``passes/matmul_fusion.py``) makes it where a device has a kernel for it, so the product is
-written once, already biased and rectified.
+``_FusedMatMul`` and ``_FusedConv2D`` (TensorFlow's names and attrs) are a MatMul or a
+Conv2D whose result goes straight through the ops ``fused_ops`` names: ``["BiasAdd"]`` (add
+``args[0]``, a vector of the product's columns or the convolution's output channels) and
+optionally ``"Relu"`` or ``"Relu6"`` after it. The matmul-fusion pass
+(``passes/matmul_fusion.py``) makes them where a device has a kernel for them, so the result
+is written once, already biased and rectified.
 
 Every fusable op's meaning is fixed by its operand and result dtypes (a Cast's ``SrcT`` and
 ``DstT`` are those), which is why steps carry no other attrs. Operands broadcast as NumPy
@@ -37,11 +38,13 @@ from tensorweave.framework import dtypes, errors
 from tensorweave.framework.tensor_shape import TensorShape
 from tensorweave.ops import shape_fns
 from tensorweave.ops.math_ops import _matmul_shape
+from tensorweave.ops.nn_ops import _conv2d_shape
 
 FUSED = "_FusedElementwise"
 FUSED_MATMUL = "_FusedMatMul"
-# What may follow the product's bias add in a _FusedMatMul (fused_ops[1:]).
-MATMUL_ACTIVATIONS = ("Relu", "Relu6")
+FUSED_CONV2D = "_FusedConv2D"
+# What may follow the bias add in a _FusedMatMul or _FusedConv2D (fused_ops[1:]).
+EPILOGUE_ACTIVATIONS = ("Relu", "Relu6")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -249,21 +252,32 @@ def _shape(op):
     return [shape]
 
 
-def _fused_matmul_shape(op):
+def _check_epilogue(op, kind: str, channels) -> None:
+    """``fused_ops`` and the bias of a _FusedMatMul or _FusedConv2D whose result has
+    ``channels`` columns or output channels (None: not known yet)."""
     fused = list(op.get_attr("fused_ops"))
-    if not fused or fused[0] != "BiasAdd" or len(fused) > 2 or (len(fused) == 2 and fused[1] not in MATMUL_ACTIVATIONS):
+    if not fused or fused[0] != "BiasAdd" or len(fused) > 2 or (len(fused) == 2 and fused[1] not in EPILOGUE_ACTIVATIONS):
         raise errors.InvalidArgumentError(
-            f"{FUSED_MATMUL} node '{op.name}': fused_ops must be ['BiasAdd'] optionally followed by one of "
-            f"{list(MATMUL_ACTIVATIONS)}, got {fused}")
-    (shape,) = _matmul_shape(op)
+            f"{kind} node '{op.name}': fused_ops must be ['BiasAdd'] optionally followed by one of "
+            f"{list(EPILOGUE_ACTIVATIONS)}, got {fused}")
     bias = op.inputs[2].shape
     if op.get_attr("num_args") != 1 or (bias.ndims is not None and bias.ndims != 1):
-        raise errors.InvalidArgumentError(f"{FUSED_MATMUL} node '{op.name}': BiasAdd takes one vector argument, "
+        raise errors.InvalidArgumentError(f"{kind} node '{op.name}': BiasAdd takes one vector argument, "
                                           f"got {op.get_attr('num_args')} of shape {bias}")
-    n = shape[1]
-    if bias.ndims == 1 and n is not None and bias[0] is not None and bias[0] != n:
-        raise errors.InvalidArgumentError(f"{FUSED_MATMUL} node '{op.name}': bias of length {bias[0]} for a "
-                                          f"product with {n} columns")
+    if bias.ndims == 1 and channels is not None and bias[0] is not None and bias[0] != channels:
+        raise errors.InvalidArgumentError(f"{kind} node '{op.name}': bias of length {bias[0]} for a "
+                                          f"result with {channels} {'columns' if kind == FUSED_MATMUL else 'channels'}")
+
+
+def _fused_matmul_shape(op):
+    (shape,) = _matmul_shape(op)
+    _check_epilogue(op, FUSED_MATMUL, shape[1])
+    return [shape]
+
+
+def _fused_conv2d_shape(op):
+    (shape,) = _conv2d_shape(op)
+    _check_epilogue(op, FUSED_CONV2D, shape[3 if op.get_attr("data_format") == "NHWC" else 1])
     return [shape]
 
 
@@ -273,6 +287,14 @@ def register_ops(reg) -> None:
                   "transpose_b: bool = false", "fused_ops: list(string) = []"],
            shape_fn=_fused_matmul_shape,
            doc="MatMul, then the ops of fused_ops on its result (BiasAdd with args[0], then Relu or Relu6).")
+    reg.op(FUSED_CONV2D, inputs=["input: T", "filter: T", "args: num_args * T"], outputs=["output: T"],
+           attrs=["T: {float32, float64}", "num_args: int >= 0", "strides: list(int)",
+                  "padding: {'SAME', 'VALID'}", "data_format: {'NHWC', 'NCHW'} = 'NHWC'",
+                  "dilations: list(int) = [1, 1, 1, 1]", "use_cudnn_on_gpu: bool = true",
+                  "fused_ops: list(string) = []"],
+           shape_fn=_fused_conv2d_shape,
+           doc="Conv2D, then the ops of fused_ops on its result (BiasAdd with args[0] along the channels, "
+               "then Relu or Relu6).")
     reg.op(FUSED, inputs=["inputs: Tin"], outputs=["output: Tout"],
            attrs=["Tin: list(type)", "Tout: type", "ops: list(string)", "args: list(int)", "types: list(type)",
                   "literals: list(float) = []", "literal_types: list(type) = []", "names: list(string) = []"],

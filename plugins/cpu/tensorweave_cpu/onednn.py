@@ -1,5 +1,6 @@
-"""oneDNN's convolutions for the CPU's float32 Conv2D and its two gradients (the cpu plugin's
-``onednn`` extra: Intel's ``onednn-cpu-gomp`` wheel, oneDNN 3.x built with GNU OpenMP).
+"""oneDNN's convolutions for the CPU's float32 Conv2D (with its bias added, for _FusedConv2D)
+and its two gradients (the cpu plugin's ``onednn`` extra: Intel's ``onednn-cpu-gomp`` wheel,
+oneDNN 3.x built with GNU OpenMP).
 
 This module owns the binding: finding and loading ``libdnnl``, the few entry points of its C
 API that convolutions need (declared through ctypes, from oneDNN's ``dnnl.h``), and
@@ -47,6 +48,7 @@ _QUERY_WEIGHTS_MD = 131
 _QUERY_DIFF_WEIGHTS_MD = 132
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS = 1, 17, 33
 _ARG_DIFF_SRC, _ARG_DIFF_DST, _ARG_DIFF_WEIGHTS = 129, 145, 161
+_ARG_BIAS = 41
 _MAX_NDIMS = 12
 _STATUS = {1: "out of memory", 2: "invalid arguments", 3: "unimplemented", 5: "runtime error",
            6: "not required"}
@@ -61,7 +63,7 @@ class _ExecArg(ctypes.Structure):
 
 # The argument arrays' types, made once: ``_ExecArg * n`` makes a new ctypes type (with
 # reference cycles for the garbage collector) on every call.
-_ARG_ARRAYS = {n: _ExecArg * n for n in (2, 3)}
+_ARG_ARRAYS = {n: _ExecArg * n for n in (2, 3, 4)}
 
 
 class _Version(ctypes.Structure):
@@ -77,7 +79,8 @@ _lock = threading.Lock()
 _exec_lock = threading.Lock()
 _state: dict = {}  # "lib", "engine", "version" once loaded; "on": tests' switch
 _local = threading.local()  # each thread's stream
-stats = {"forward": 0, "backward_data": 0, "backward_weights": 0}  # executions (tests check the path taken)
+# executions (tests check the path taken); "forward_bias": a _FusedConv2D's
+stats = {"forward": 0, "forward_bias": 0, "backward_data": 0, "backward_weights": 0}
 
 _SIGNATURES = {
     "dnnl_version": (ctypes.POINTER(_Version), []),
@@ -317,6 +320,8 @@ class Convolution:
             lib, engine = self._lib, _state["engine"]
             if kind == "forward":
                 pd, query = self._fwd_pd, _QUERY_WEIGHTS_MD
+            elif kind == "forward_bias":
+                pd, query = self._forward_with_bias(), _QUERY_WEIGHTS_MD
             else:
                 pd = _P()
                 if kind == "backward_data":
@@ -336,6 +341,20 @@ class Convolution:
             reorder = self._reorder(w_md, self._f_md) if kind == "backward_weights" else self._reorder(self._f_md, w_md)
             made = self._made[kind] = (self._primitive(pd), w_md, size, reorder, pd)
             return made
+
+    def _forward_with_bias(self):
+        """The forward primitive's descriptor with a bias added to each output channel
+        (a _FusedConv2D's): the same sums as the convolution's, the bias added to each once
+        they are done (the values of Conv2D then a bias add, bit for bit). An activation
+        after it stays with the caller: oneDNN's ReLU post-op turns NaN into 0, where Relu
+        keeps it."""
+        pd = _P()
+        self._bias_md = self._md([self.f_shape[3]], [1])
+        _check(self._lib.dnnl_convolution_forward_primitive_desc_create(
+            ctypes.byref(pd), _state["engine"], _FORWARD_TRAINING, _CONVOLUTION_DIRECT,
+            self._x_md, self._any_md, self._bias_md, self._y_md, *self._geometry, None), "convolution with bias")
+        self._owned.pds.append(pd)
+        return pd
 
     # -- execution ----------------------------------------------------------------------
     def _run(self, prim, args):
@@ -359,21 +378,28 @@ class Convolution:
             for m in mems:
                 lib.dnnl_memory_destroy(m)
 
-    def _with_filter(self, kind, f, arg, md, value, out_arg, out_md, out_shape):
+    def _with_filter(self, kind, f, arg, md, value, out_arg, out_md, out_shape, extra=()):
         """Run ``kind`` (forward or backward data): the filter reordered into the layout the
         primitive wants, ``value`` (x or dy) as ``arg``, the result a new array of
-        ``out_shape`` as ``out_arg``."""
+        ``out_shape`` as ``out_arg``; ``extra``: more (arg, descriptor, array) (the bias)."""
         prim, w_md, size, reorder, _ = self._direction(kind)
         value, f = np.ascontiguousarray(value, np.float32), np.ascontiguousarray(f, np.float32)
         w = np.empty(size // 4, np.float32)
         self._run(reorder, [(_ARG_SRC, self._f_md, f), (_ARG_DST, w_md, w)])
         out = np.empty(out_shape, np.float32)
-        self._run(prim, [(arg, md, value), (_ARG_WEIGHTS, w_md, w), (out_arg, out_md, out)])
+        self._run(prim, [(arg, md, value), (_ARG_WEIGHTS, w_md, w), *extra, (out_arg, out_md, out)])
         stats[kind] += 1
         return out
 
-    def forward(self, x, f):
-        return self._with_filter("forward", f, _ARG_SRC, self._x_md, x, _ARG_DST, self._y_md, self.y_shape)
+    def forward(self, x, f, bias=None):
+        """The convolution; with ``bias`` (a vector per output channel), that added to each
+        output in the same pass (a _FusedConv2D)."""
+        if bias is None:
+            return self._with_filter("forward", f, _ARG_SRC, self._x_md, x, _ARG_DST, self._y_md, self.y_shape)
+        self._direction("forward_bias")  # makes the bias descriptor
+        bias = np.ascontiguousarray(bias, np.float32)
+        return self._with_filter("forward_bias", f, _ARG_SRC, self._x_md, x, _ARG_DST, self._y_md, self.y_shape,
+                                 [(_ARG_BIAS, self._bias_md, bias)])
 
     def backward_data(self, dy, f):
         return self._with_filter("backward_data", f, _ARG_DIFF_DST, self._y_md, dy, _ARG_DIFF_SRC, self._x_md,

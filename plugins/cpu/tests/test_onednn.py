@@ -75,7 +75,43 @@ def test_conv2d_and_gradients_match_float64(on, data_format, k, strides, padding
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * np.abs(b).max(), err_msg=name)
     ran = {k: onednn.stats[k] - before[k] for k in before}
     # One input channel keeps the compiled col2im for the input gradient (kernels/nn.py).
-    assert ran == {"forward": 1, "backward_data": int(channels > 1), "backward_weights": 1}
+    assert ran == {"forward": 1, "forward_bias": 0, "backward_data": int(channels > 1), "backward_weights": 1}
+
+
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("fused_ops", [["BiasAdd"], ["BiasAdd", "Relu"], ["BiasAdd", "Relu6"]])
+@pytest.mark.parametrize("use_onednn", [True, False])
+def test_fused_conv2d_gives_the_unfused_values(monkeypatch, data_format, fused_ops, use_onednn):
+    """_FusedConv2D (made by passes/matmul_fusion.py for NHWC; the kernel takes both layouts):
+    the bias added by oneDNN in the convolution's pass, or after our own convolution, then
+    the activation: the values of Conv2D, a bias add and Relu/Relu6, bit for bit."""
+    from tensorweave.framework.graph import apply_op
+
+    monkeypatch.setitem(onednn._state, "on", use_onednn)
+    rng = np.random.default_rng(8)
+    x = rng.standard_normal((3, 9, 10, 4)).astype(np.float32) * 3
+    x[1, 2, 3, 1] = np.nan
+    f = rng.standard_normal((3, 3, 4, 5)).astype(np.float32)
+    bias = rng.standard_normal(5).astype(np.float32)
+    if data_format == "NCHW":
+        x = x.transpose(0, 3, 1, 2).copy()
+    attrs = {"strides": [1, 1, 1, 1], "padding": "SAME", "data_format": data_format}
+    g = tw.Graph()
+    with g.as_default():
+        xt, ft, bt = tw.placeholder(tw.float32, x.shape), tw.constant(f), tw.constant(bias)  # (not folded)
+        fused = apply_op("_FusedConv2D", [xt, ft, [bt]], {**attrs, "fused_ops": fused_ops})
+        want = tw.nn.bias_add(apply_op("Conv2D", [xt, ft], attrs), bt, data_format=data_format)
+        if len(fused_ops) == 2:
+            want = (tw.nn.relu if fused_ops[1] == "Relu" else tw.nn.relu6)(want)
+        off = tw.ConfigProto(graph_options=tw.GraphOptions(enable_elementwise_fusion=False))
+        with tw.Session(graph=g, config=off) as s:
+            before = dict(onednn.stats)
+            got = s.run(fused, {xt: x})
+            ran = onednn.stats["forward_bias"] - before["forward_bias"]
+            expected = s.run(want, {xt: x})
+    assert np.isnan(got).any()
+    np.testing.assert_array_equal(got, expected)
+    assert ran == int(use_onednn)
 
 
 def test_float64_and_switched_off_take_the_own_paths(monkeypatch):

@@ -318,10 +318,11 @@ def _sizes(ctx, v, what):
 
 
 def _conv2d(ctx):
+    """Conv2D; the function it makes also takes a bias (``_fused_conv2d``)."""
     fmt, sh, sw, dh, dw = _conv_setup(ctx)
     cache, convs = {}, onednn.Convolutions(fmt, (sh, sw), (dh, dw))
 
-    def conv2d(x, f):
+    def conv2d(x, f, bias=None):
         if x.ndim != 4 or f.ndim != 4:
             raise ctx.error(_E, f"input and filter must be 4-D, got shapes {x.shape} and {f.shape}")
         xn = _to_nhwc(x, fmt)
@@ -330,12 +331,40 @@ def _conv2d(ctx):
         if c != ci:
             raise ctx.error(_E, f"input depth {c} does not match the filter's in_channels {ci}")
         oh, ow, pads = _geometry(ctx, h, w, kh, kw, sh, sw, dh, dw)
-        conv = _onednn(convs, (x, f), n, c, h, w, co, kh, kw, oh, ow, pads)
+        conv = _onednn(convs, (x, f) if bias is None else (x, f, bias), n, c, h, w, co, kh, kw, oh, ow, pads)
         if conv is not None:
-            return conv.forward(x, f)
+            return conv.forward(x, f, bias)
         y = _cols_matmul(xn, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, f.reshape(kh * kw * c, co))
-        return _from_nhwc(y.reshape(n, oh, ow, co), fmt)
+        y = y.reshape(n, oh, ow, co)
+        if bias is not None:
+            y += bias  # (NHWC here) a fresh product: in place, the values of a separate add
+        return _from_nhwc(y, fmt)
     return conv2d
+
+
+def _fused_conv2d(ctx):
+    """_FusedConv2D (passes/matmul_fusion.py): the convolution with its bias added (by oneDNN
+    in the convolution's own pass where it runs), then the activation in place, one block
+    of images per core from a million elements: the values of Conv2D, the bias add and
+    Relu/Relu6, bit for bit."""
+    conv2d = _conv2d(ctx)
+    act = list(ctx.attrs["fused_ops"])[1:]
+
+    def rectify(y, r0, r1):
+        if act == ["Relu"]:
+            np.maximum(y[r0:r1], 0, out=y[r0:r1])
+        else:
+            np.clip(y[r0:r1], 0, 6, out=y[r0:r1])
+
+    def fused_conv2d(x, f, bias):
+        if bias.ndim != 1 or f.ndim != 4 or bias.shape[0] != f.shape[3]:
+            raise ctx.error(_E, f"bias of shape {bias.shape} for a filter of shape {f.shape} "
+                                f"(one value per output channel)")
+        y = conv2d(x, f, bias)
+        if act:
+            rowwise.over_rows(lambda r0, r1: rectify(y, r0, r1), y.shape[0], y.size)
+        return y
+    return fused_conv2d
 
 
 def _col2im_images(dcols, dxp, sh, sw, dh, dw):
@@ -729,6 +758,7 @@ def register(reg):
     reg.register("SoftmaxCrossEntropyWithLogits", CPU, factory=_xent)
     reg.register("SparseSoftmaxCrossEntropyWithLogits", CPU, factory=_sparse_xent)
     reg.register("Conv2D", CPU, factory=_conv2d)
+    reg.register("_FusedConv2D", CPU, factory=_fused_conv2d)
     reg.register("Conv2DBackpropInput", CPU, factory=_conv2d_backprop_input)
     reg.register("Conv2DBackpropFilter", CPU, factory=_conv2d_backprop_filter)
     reg.register("MaxPool", CPU, factory=_max_pool)
