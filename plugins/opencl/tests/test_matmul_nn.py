@@ -86,8 +86,11 @@ def test_softmax_cross_entropy(ocl):
 def test_sparse_softmax_cross_entropy(ocl, label_dtype):
     from tensorweave.framework.graph import apply_op
 
-    logits = (RNG.standard_normal((8, 10)) * 5).astype(np.float32)
-    labels = RNG.integers(0, 10, 8).astype(label_dtype)
+    # Its own data (the module's RNG gives data that depend on which tests ran before): a row
+    # whose label holds its largest logit has a loss near 0, known to float32's absolute error.
+    rng = np.random.default_rng(85)
+    logits = (rng.standard_normal((8, 10)) * 5).astype(np.float32)
+    labels = rng.integers(0, 10, 8).astype(label_dtype)
     got, want = ocl.both(lambda f, lab: apply_op("SparseSoftmaxCrossEntropyWithLogits", [f, lab]),
                          {"f": logits, "lab": labels})
     for g, w in zip(got, want):
@@ -95,7 +98,7 @@ def test_sparse_softmax_cross_entropy(ocl, label_dtype):
     # numpy reference
     s = logits - logits.max(1, keepdims=True)
     lse = np.log(np.exp(s).sum(1))
-    np.testing.assert_allclose(got[0], lse - s[np.arange(8), labels], rtol=1e-5)
+    np.testing.assert_allclose(got[0], lse - s[np.arange(8), labels], rtol=1e-5, atol=1e-6)
 
 
 def test_sparse_cross_entropy_with_a_bad_label_gives_nan_rows(ocl):
