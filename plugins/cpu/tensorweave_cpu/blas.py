@@ -75,10 +75,16 @@ def use_threads_for(flops: float) -> None:
 
 # ``a @ b.T`` with few rows in ``a`` (a backward pass's ``dy @ w.T`` on a small batch: an LSTM
 # cell's [32, 800] x [800, 400]) is 1.5-2x faster in OpenBLAS as ``(b @ a.T).T``, then copied
-# to row-major order (m * n elements, small here). Measured single-threaded on this project's
-# machines: [32, 800] x T[400, 800] 307-373 us -> 189-203 us, [8, 400] x T[800, 400] 224 ->
-# 111 us, [32, 2000] x T[8000, 2000] 16.3 -> 11.2 ms; no gain from about 256 rows on.
+# to row-major order (m * n elements, small here), when the inner dimension is long against
+# the rows. Measured single-threaded on this project's machines: [32, 800] x T[400, 800]
+# 307-373 us -> 189-203 us, [8, 400] x T[800, 400] 224 -> 111 us, [32, 2000] x T[8000, 2000]
+# 16.3 -> 11.2 ms; [64, 400] x T[3136, 400] 2.29 -> 2.01 ms. With a short inner dimension it
+# is the other way round: the convnet's [128, 10] x T[3136, 10] 0.13 -> 0.95 ms, the mlp's
+# [64, 10] x T[128, 10] slower too, [64, 128] x T[3136, 128] 0.73 -> 0.81 ms: so only from
+# ``SWAP_INNER_PER_ROW`` inner elements per row of ``a`` (and at least ``SWAP_MIN_INNER``).
 SWAP_MAX_ROWS = 128
+SWAP_INNER_PER_ROW = 4
+SWAP_MIN_INNER = 64
 
 
 # A large 2-D product is split by us, one block of rows (or columns, when there are few rows)
@@ -121,6 +127,7 @@ def matmul(a, b, out=None):
             return _split_matmul(a, b, out, _state["max"])
         use_threads_for(flops)
         if out is None and a.ndim == 2 and b.ndim == 2 and a.shape[0] <= SWAP_MAX_ROWS \
+                and a.shape[1] >= max(SWAP_MIN_INNER, SWAP_INNER_PER_ROW * a.shape[0]) \
                 and b.shape[1] > a.shape[0] and b.flags.f_contiguous and not b.flags.c_contiguous \
                 and a.dtype.char in "fd" and b.dtype == a.dtype:
             return np.ascontiguousarray(np.matmul(b.T, a.T).T)

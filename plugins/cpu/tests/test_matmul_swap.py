@@ -8,7 +8,7 @@ import tensorweave as tw
 from tensorweave_cpu import blas
 
 
-@pytest.mark.parametrize("m,k,n", [(1, 5, 7), (8, 400, 800), (32, 800, 400), (128, 64, 129)])
+@pytest.mark.parametrize("m,k,n", [(1, 64, 7), (8, 400, 800), (32, 800, 400), (128, 512, 129)])
 @pytest.mark.parametrize("dtype,tol", [(np.float32, 2e-6), (np.float64, 1e-14)])
 def test_swapped_product_agrees_and_is_row_major(m, k, n, dtype, tol, monkeypatch):
     rng = np.random.default_rng(m + n)
@@ -27,13 +27,16 @@ def test_swapped_product_agrees_and_is_row_major(m, k, n, dtype, tol, monkeypatc
     ((300, 20), "transposed"),   # many rows: direct
     ((32, 20), "contiguous"),    # b not a transposed view: direct
     ((32, 20), "narrow"),        # as many output columns as rows or fewer: direct
+    ((32, 20), "transposed"),    # an inner dimension short against the rows: direct
+    ((128, 10), "wide"),         # the convnet's dense-layer input gradient: direct
 ])
 def test_direct_product_where_the_swap_does_not_pay(a_shape, b, monkeypatch):
     rng = np.random.default_rng(0)
     a = rng.normal(size=a_shape).astype(np.float32)
     bm = {"transposed": rng.normal(size=(64, 20)).astype(np.float32).T,
           "contiguous": rng.normal(size=(20, 64)).astype(np.float32),
-          "narrow": rng.normal(size=(16, 20)).astype(np.float32).T}[b]
+          "narrow": rng.normal(size=(16, 20)).astype(np.float32).T,
+          "wide": rng.normal(size=(3136, 10)).astype(np.float32).T}[b]
     calls = []
     real = np.matmul
     monkeypatch.setattr(np, "matmul", lambda x, y, **kw: calls.append((x.shape, y.shape)) or real(x, y, **kw))
