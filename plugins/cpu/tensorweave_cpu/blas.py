@@ -118,19 +118,25 @@ def _split_matmul(a, b, out, parts):
 
 def matmul(a, b, out=None):
     """``np.matmul`` on the thread count its size deserves."""
-    if a.ndim >= 2 and b.ndim >= 2:
-        batch = a.size // (a.shape[-1] * a.shape[-2]) if a.shape[-1] and a.shape[-2] else 0
-        flops = 2.0 * max(batch, 1) * a.shape[-2] * a.shape[-1] * b.shape[-1]
-        if flops >= SMALL_FLOPS and a.ndim == 2 == b.ndim and a.dtype == b.dtype and a.dtype.char in "fd" \
-                and (out is None or out.dtype == a.dtype) and _controllers() and _state["max"] > 1 \
-                and max(a.shape[0], b.shape[1]) >= 2 * SPLIT_MIN_ROWS:
+    if a.ndim == 2 and b.ndim == 2:
+        # (the common case first, in few steps: a small layer's product takes 3-8 us)
+        m, k = a.shape
+        n = b.shape[1]
+        flops = 2.0 * m * k * n
+        if flops < SMALL_FLOPS:
+            if _state.get("now", 0) != 1:
+                use_threads_for(flops)
+        elif a.dtype == b.dtype and a.dtype.char in "fd" and (out is None or out.dtype == a.dtype) \
+                and _controllers() and _state["max"] > 1 and max(m, n) >= 2 * SPLIT_MIN_ROWS:
             return _split_matmul(a, b, out, _state["max"])
-        use_threads_for(flops)
-        if out is None and a.ndim == 2 and b.ndim == 2 and a.shape[0] <= SWAP_MAX_ROWS \
-                and a.shape[1] >= max(SWAP_MIN_INNER, SWAP_INNER_PER_ROW * a.shape[0]) \
-                and b.shape[1] > a.shape[0] and b.flags.f_contiguous and not b.flags.c_contiguous \
-                and a.dtype.char in "fd" and b.dtype == a.dtype:
+        else:
+            use_threads_for(flops)
+        if out is None and m <= SWAP_MAX_ROWS and n > m and k >= max(SWAP_MIN_INNER, SWAP_INNER_PER_ROW * m) \
+                and b.flags.f_contiguous and not b.flags.c_contiguous and a.dtype.char in "fd" and b.dtype == a.dtype:
             return np.ascontiguousarray(np.matmul(b.T, a.T).T)
+    elif a.ndim >= 2 and b.ndim >= 2:
+        batch = a.size // (a.shape[-1] * a.shape[-2]) if a.shape[-1] and a.shape[-2] else 0
+        use_threads_for(2.0 * max(batch, 1) * a.shape[-2] * a.shape[-1] * b.shape[-1])
     return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
 
 
