@@ -9,6 +9,7 @@ from tensorweave.passes.constant_folding import constant_folding_pass
 from tensorweave.passes.cse import cse_pass
 from tensorweave.passes.fusion import FUSED, fused_kernel, fusion_pass
 from tensorweave.passes.matmul_fusion import matmul_fusion_pass
+from tensorweave.passes.pool_grad_fusion import pool_grad_fusion_pass
 from tensorweave.passes.prune import prune_pass
 from tensorweave.passes.recv_scheduling import recv_scheduling_pass
 from tensorweave.passes.update_grouping import update_grouping_pass
@@ -27,6 +28,8 @@ def tensorweave_register_passes(registry):
     # pass's conversions included), and what it makes is never taken apart again.
     # MatMul + bias add (+ Relu) first: element-wise fusion would take the add and the Relu.
     registry.register("matmul_fusion", matmul_fusion_pass, order=45, stage="post_placement")
+    # MaxPoolGrad -> ReluGrad before element-wise fusion too (it would take the ReluGrad).
+    registry.register("pool_grad_fusion", pool_grad_fusion_pass, order=46, stage="post_placement")
     registry.register("elementwise_fusion", fusion_pass, order=50, stage="post_placement")
     registry.register("update_grouping", update_grouping_pass, order=60, stage="post_placement")
     registry.register("recv_scheduling", recv_scheduling_pass, order=10, stage="post_partition")

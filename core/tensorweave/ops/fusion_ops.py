@@ -22,6 +22,10 @@ optionally ``"Relu"`` or ``"Relu6"`` after it. The matmul-fusion pass
 (``passes/matmul_fusion.py``) makes them where a device has a kernel for them, so the result
 is written once, already biased and rectified.
 
+``_MaxPoolGradReluGrad`` is ``ReluGrad(MaxPoolGrad(x, y, g), x)``: the gradient of
+``max_pool(relu(...))`` with respect to the ReLU's input, where ``x``, the pooled tensor, is
+the ReLU's output (made by ``passes/pool_grad_fusion.py``).
+
 Every fusable op's meaning is fixed by its operand and result dtypes (a Cast's ``SrcT`` and
 ``DstT`` are those), which is why steps carry no other attrs. Operands broadcast as NumPy
 does; the output's shape is the broadcast of the inputs' shapes.
@@ -38,11 +42,12 @@ from tensorweave.framework import dtypes, errors
 from tensorweave.framework.tensor_shape import TensorShape
 from tensorweave.ops import shape_fns
 from tensorweave.ops.math_ops import _matmul_shape
-from tensorweave.ops.nn_ops import _conv2d_shape
+from tensorweave.ops.nn_ops import _conv2d_shape, _max_pool_grad_shape
 
 FUSED = "_FusedElementwise"
 FUSED_MATMUL = "_FusedMatMul"
 FUSED_CONV2D = "_FusedConv2D"
+MAX_POOL_RELU_GRAD = "_MaxPoolGradReluGrad"
 # What may follow the bias add in a _FusedMatMul or _FusedConv2D (fused_ops[1:]).
 EPILOGUE_ACTIVATIONS = ("Relu", "Relu6")
 
@@ -295,6 +300,12 @@ def register_ops(reg) -> None:
            shape_fn=_fused_conv2d_shape,
            doc="Conv2D, then the ops of fused_ops on its result (BiasAdd with args[0] along the channels, "
                "then Relu or Relu6).")
+    reg.op(MAX_POOL_RELU_GRAD, inputs=["orig_input: T", "orig_output: T", "grad: T"], outputs=["output: T"],
+           attrs=["T: {float32, float64}", "ksize: list(int)", "strides: list(int)", "padding: {'SAME', 'VALID'}",
+                  "data_format: {'NHWC', 'NCHW'} = 'NHWC'"],
+           shape_fn=_max_pool_grad_shape,
+           doc="ReluGrad(MaxPoolGrad(orig_input, orig_output, grad), orig_input): max pooling's gradient "
+               "through the ReLU whose output was pooled.")
     reg.op(FUSED, inputs=["inputs: Tin"], outputs=["output: Tout"],
            attrs=["Tin: list(type)", "Tout: type", "ops: list(string)", "args: list(int)", "types: list(type)",
                   "literals: list(float) = []", "literal_types: list(type) = []", "names: list(string) = []"],

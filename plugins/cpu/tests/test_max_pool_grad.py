@@ -154,3 +154,36 @@ def test_a_large_max_pool_splits_its_images_over_the_cores(monkeypatch):
             got = sess.run(y, {xp: x})
     assert splits == [64]
     np.testing.assert_array_equal(got, x.reshape(64, 14, 2, 14, 2, 32).max(axis=(2, 4)))
+
+
+@pytest.mark.parametrize("k,s,padding", [(2, 2, "SAME"), (3, 3, "VALID"), (3, 2, "SAME")])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_pool_gradient_through_the_relu_is_relugrad_of_maxpoolgrad(path, k, s, padding, dtype, monkeypatch):
+    """_MaxPoolGradReluGrad (passes/pool_grad_fusion.py): the compiled tiled loop masks as it
+    writes; other windows and the NumPy path mask after; the values are ReluGrad's of
+    MaxPoolGrad's, bit for bit (an infinite gradient where the ReLU's output is 0 gives NaN)."""
+    from tensorweave.framework.graph import apply_op
+
+    calls = []
+    loop = nn._max_pool_grad_tiles_loop
+    monkeypatch.setattr(nn, "_max_pool_grad_tiles_loop", lambda *a: calls.append(a[-3]) or loop(*a))
+    rng = np.random.default_rng(k + s)
+    x = np.maximum(rng.integers(-2, 4, (2, 7, 6, 3)), 0).astype(dtype)  # a ReLU's output: zeros, ties
+    oh = (7 - k) // s + 1 if padding == "VALID" else -(-7 // s)
+    ow = (6 - k) // s + 1 if padding == "VALID" else -(-6 // s)
+    g = rng.standard_normal((2, oh, ow, 3)).astype(dtype)
+    g[0, 0, 0, :] = [np.inf, -np.inf, np.nan]
+    attrs = {"ksize": [1, k, k, 1], "strides": [1, s, s, 1], "padding": padding}
+    graph = tw.Graph()
+    with graph.as_default():
+        xt = tw.placeholder(dtype, x.shape)  # fed: nothing folded at plan time
+        y = tw.nn.max_pool(xt, attrs["ksize"], attrs["strides"], padding)
+        fused = apply_op("_MaxPoolGradReluGrad", [xt, y, tw.constant(g)], attrs)
+        apart = apply_op("ReluGrad", [apply_op("MaxPoolGrad", [xt, y, tw.constant(g)], attrs), xt])
+        off = tw.ConfigProto(graph_options=tw.GraphOptions(enable_elementwise_fusion=False))
+        with tw.Session(graph=graph, config=off) as sess:
+            got = sess.run(fused, {xt: x})
+            assert calls == ([True] if path == "compiled" and k == s else [])
+            want = sess.run(apart, {xt: x})
+    assert np.isnan(got).any()
+    np.testing.assert_array_equal(got, want)

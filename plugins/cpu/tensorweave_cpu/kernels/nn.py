@@ -561,16 +561,18 @@ def _max_pool_grad_images(x, y, g, dx, kh, kw, sh, sw, pt, pl, n0, n1):
 _max_pool_grad_loop = jit.Loop(_max_pool_grad_images)
 
 
-def _max_pool_grad_tiles(x, y, g, dx, kh, kw, pt, pl, n0, n1):
+def _max_pool_grad_tiles(x, y, g, dx, kh, kw, pt, pl, relu, n0, n1):
     """``_max_pool_grad_images`` for windows that tile the image (strides equal to the window:
     each input element lies in one window at most), writing every element of ``dx`` once
-    (``np.empty``, no ``+=``): the gradient or zero in a window, zero outside all of them."""
+    (``np.empty``, no ``+=``): the gradient or zero in a window, zero outside all of them.
+    With ``relu``, each element then times 1 where ``x`` > 0, else 0: ReluGrad's values on
+    ``x`` as features (``_MaxPoolGradReluGrad``)."""
     h, w, c = x.shape[1], x.shape[2], x.shape[3]
     oh, ow = y.shape[1], y.shape[2]
     r_lo, r_hi = max(0, -pt), min(h, oh * kh - pt)  # the rows and columns some window covers
     q_lo, q_hi = max(0, -pl), min(w, ow * kw - pl)
     open_ = np.empty(c, np.bool_)
-    zero = g.dtype.type(0)
+    zero, one = g.dtype.type(0), g.dtype.type(1)
     for b in range(n0, n1):
         for r in range(h):
             for q in range(w):
@@ -583,18 +585,26 @@ def _max_pool_grad_tiles(x, y, g, dx, kh, kw, pt, pl, n0, n1):
                 for r in range(max(0, oy * kh - pt), min(h, oy * kh - pt + kh)):
                     for q in range(max(0, ox * kw - pl), min(w, ox * kw - pl + kw)):
                         for ch in range(c):
-                            hit = open_[ch] & (x[b, r, q, ch] == y[b, oy, ox, ch])
-                            dx[b, r, q, ch] = g[b, oy, ox, ch] if hit else zero
+                            v = x[b, r, q, ch]
+                            hit = open_[ch] & (v == y[b, oy, ox, ch])
+                            d = g[b, oy, ox, ch] if hit else zero
+                            if relu:  # (g * 0 where v <= 0, as ReluGrad multiplies: inf * 0 is NaN)
+                                d = d * (one if v > 0 else zero)
+                            dx[b, r, q, ch] = d
                             open_[ch] &= not hit
 
 
 _max_pool_grad_tiles_loop = jit.Loop(_max_pool_grad_tiles)
 
 
-def _max_pool_grad(ctx):
+def _max_pool_grad(ctx, relu=False):
+    """MaxPoolGrad; with ``relu``, _MaxPoolGradReluGrad (passes/pool_grad_fusion.py): the
+    result then masked as ReluGrad does with ``x`` as features, in the same pass where the
+    compiled tiled loop runs."""
     fmt, (kh, kw), (sh, sw) = _pool_setup(ctx)
 
-    def max_pool_grad(x, y, g):
+    def grad(x, y, g):
+        """(the input gradient, whether ReluGrad's mask is applied to it already)."""
         x, y, g = _to_nhwc(x, fmt), _to_nhwc(y, fmt), _to_nhwc(g, fmt)
         n, h, w, c = x.shape
         oh, ow, pads = _geometry(ctx, h, w, kh, kw, sh, sw)
@@ -609,13 +619,13 @@ def _max_pool_grad(ctx):
             pt, _, pl, _ = pads
             if (kh, kw) == (sh, sw):  # windows that tile: each element written once
                 dx = np.empty(x.shape, g.dtype)
-                rowwise.over_rows(lambda n0, n1: _max_pool_grad_tiles_loop(xs, ys, gs, dx, kh, kw, pt, pl, n0, n1),
-                                  n, x.size)
-                return _from_nhwc(dx, fmt)
+                rowwise.over_rows(
+                    lambda n0, n1: _max_pool_grad_tiles_loop(xs, ys, gs, dx, kh, kw, pt, pl, relu, n0, n1), n, x.size)
+                return _from_nhwc(dx, fmt), relu
             dx = np.zeros(x.shape, g.dtype)
             rowwise.over_rows(lambda n0, n1: _max_pool_grad_loop(xs, ys, gs, dx, kh, kw, sh, sw, pt, pl, n0, n1),
                               n, x.size)
-            return _from_nhwc(dx, fmt)
+            return _from_nhwc(dx, fmt), False
         xp = _pad(x, pads, _lowest(x.dtype))
         dxp = np.zeros(xp.shape, g.dtype)
         taken = np.zeros(y.shape, bool)
@@ -628,8 +638,15 @@ def _max_pool_grad(ctx):
                 tap = _tap(dxp, i, j, oh, ow, sh, sw)
                 np.add(tap, g, out=tap, where=hit)  # (not g * hit: an infinite g would give inf * 0)
         pt, _, pl, _ = pads
-        return _from_nhwc(dxp[:, pt:pt + h, pl:pl + w, :], fmt)
-    return max_pool_grad
+        return _from_nhwc(dxp[:, pt:pt + h, pl:pl + w, :], fmt), False
+
+    if not relu:
+        return lambda x, y, g: grad(x, y, g)[0]
+
+    def max_pool_relu_grad(x, y, g):
+        dx, masked = grad(x, y, g)
+        return dx if masked else _relu_grad(dx, x)
+    return max_pool_relu_grad
 
 
 def _window_counts(h, w, kh, kw, sh, sw, oh, ow, pads, dtype):
@@ -759,6 +776,7 @@ def register(reg):
     reg.register("SparseSoftmaxCrossEntropyWithLogits", CPU, factory=_sparse_xent)
     reg.register("Conv2D", CPU, factory=_conv2d)
     reg.register("_FusedConv2D", CPU, factory=_fused_conv2d)
+    reg.register("_MaxPoolGradReluGrad", CPU, factory=lambda ctx: _max_pool_grad(ctx, relu=True))
     reg.register("Conv2DBackpropInput", CPU, factory=_conv2d_backprop_input)
     reg.register("Conv2DBackpropFilter", CPU, factory=_conv2d_backprop_filter)
     reg.register("MaxPool", CPU, factory=_max_pool)
