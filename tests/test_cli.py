@@ -33,7 +33,7 @@ def test_plugins_lists_core_and_cpu():
     core = next(ln for ln in lines if ln.startswith("tensorweave.ops "))
     assert f"tensorweave {tw.__version__}" in core and "loaded" in core and re.search(r"\d+ ops", core)
     assert re.search(r"^tensorweave\.kernels\s.*\d+ kernels", proc.stdout, re.M)
-    assert re.search(r"^tensorweave\.passes\s.*8 passes", proc.stdout, re.M)
+    assert re.search(r"^tensorweave\.passes\s.*9 passes", proc.stdout, re.M)
     assert re.search(r"^tensorweave\.placer\s.*1 placer", proc.stdout, re.M)
     assert re.search(r"^tensorweave\.transport\s.*1 transport", proc.stdout, re.M)
     cpu = next(ln for ln in lines if ln.startswith("cpu "))
