@@ -49,6 +49,7 @@ _QUERY_DIFF_WEIGHTS_MD = 132
 _ARG_SRC, _ARG_DST, _ARG_WEIGHTS = 1, 17, 33
 _ARG_DIFF_SRC, _ARG_DIFF_DST, _ARG_DIFF_WEIGHTS = 129, 145, 161
 _ARG_BIAS = 41
+_ELTWISE_RELU = 0x20  # dnnl_eltwise_relu, the first of the eltwise kinds in every 3.x
 _MAX_NDIMS = 12
 _STATUS = {1: "out of memory", 2: "invalid arguments", 3: "unimplemented", 5: "runtime error",
            6: "not required"}
@@ -79,8 +80,8 @@ _lock = threading.Lock()
 _exec_lock = threading.Lock()
 _state: dict = {}  # "lib", "engine", "version" once loaded; "on": tests' switch
 _local = threading.local()  # each thread's stream
-# executions (tests check the path taken); "forward_bias": a _FusedConv2D's
-stats = {"forward": 0, "forward_bias": 0, "backward_data": 0, "backward_weights": 0}
+# executions (tests check the path taken); "forward_bias[_relu]": a _FusedConv2D's
+stats = {"forward": 0, "forward_bias": 0, "forward_bias_relu": 0, "backward_data": 0, "backward_weights": 0}
 
 _SIGNATURES = {
     "dnnl_version": (ctypes.POINTER(_Version), []),
@@ -105,6 +106,12 @@ _SIGNATURES = {
     "dnnl_primitive_execute": (ctypes.c_int, [_P, _P, ctypes.c_int, ctypes.POINTER(_ExecArg)]),
     "dnnl_memory_create": (ctypes.c_int, [ctypes.POINTER(_P), _P, _P, _P]),
     "dnnl_memory_destroy": (ctypes.c_int, [_P]),
+    "dnnl_primitive_attr_create": (ctypes.c_int, [ctypes.POINTER(_P)]),
+    "dnnl_primitive_attr_destroy": (ctypes.c_int, [_P]),
+    "dnnl_primitive_attr_set_post_ops": (ctypes.c_int, [_P, _P]),
+    "dnnl_post_ops_create": (ctypes.c_int, [ctypes.POINTER(_P)]),
+    "dnnl_post_ops_destroy": (ctypes.c_int, [_P]),
+    "dnnl_post_ops_append_eltwise": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_float, ctypes.c_float]),
 }
 
 
@@ -272,6 +279,7 @@ class Convolution:
         self._y_md = self._md([n, co, oh, ow], _strides([n, co, oh, ow], layout))
         self._f_md = self._md([co, c, kh, kw], _strides([co, c, kh, kw], (2, 3, 1, 0)))  # HWIO
         self._any_md = self._md([co, c, kh, kw], None)
+        self._bias_md = self._md([co], [1])  # (a _FusedConv2D's)
         pt, pb, pl, pr = pads
         self._geometry = (_Dims(*strides), _Dims(dilations[0] - 1, dilations[1] - 1), _Dims(pt, pl), _Dims(pb, pr))
         pd = _P()
@@ -320,8 +328,8 @@ class Convolution:
             lib, engine = self._lib, _state["engine"]
             if kind == "forward":
                 pd, query = self._fwd_pd, _QUERY_WEIGHTS_MD
-            elif kind == "forward_bias":
-                pd, query = self._forward_with_bias(), _QUERY_WEIGHTS_MD
+            elif kind in ("forward_bias", "forward_bias_relu"):
+                pd, query = self._forward_with_bias(kind == "forward_bias_relu"), _QUERY_WEIGHTS_MD
             else:
                 pd = _P()
                 if kind == "backward_data":
@@ -342,17 +350,27 @@ class Convolution:
             made = self._made[kind] = (self._primitive(pd), w_md, size, reorder, pd)
             return made
 
-    def _forward_with_bias(self):
+    def _forward_with_bias(self, relu: bool):
         """The forward primitive's descriptor with a bias added to each output channel
         (a _FusedConv2D's): the same sums as the convolution's, the bias added to each once
-        they are done (the values of Conv2D then a bias add, bit for bit). An activation
-        after it stays with the caller: oneDNN's ReLU post-op turns NaN into 0, where Relu
-        keeps it."""
-        pd = _P()
-        self._bias_md = self._md([self.f_shape[3]], [1])
-        _check(self._lib.dnnl_convolution_forward_primitive_desc_create(
-            ctypes.byref(pd), _state["engine"], _FORWARD_TRAINING, _CONVOLUTION_DIRECT,
-            self._x_md, self._any_md, self._bias_md, self._y_md, *self._geometry, None), "convolution with bias")
+        they are done (the values of Conv2D then a bias add, bit for bit); with ``relu``,
+        each result then rectified by oneDNN's ReLU post-op, which gives 0 for NaN (Relu
+        keeps NaN: the caller asks for it only where no result can be NaN)."""
+        lib = self._lib
+        pd, attr, post = _P(), _P(), _P()
+        _check(lib.dnnl_primitive_attr_create(ctypes.byref(attr)), "primitive attributes")
+        try:
+            if relu:
+                _check(lib.dnnl_post_ops_create(ctypes.byref(post)), "post-ops")
+                _check(lib.dnnl_post_ops_append_eltwise(post, _ELTWISE_RELU, 0.0, 0.0), "ReLU post-op")
+                _check(lib.dnnl_primitive_attr_set_post_ops(attr, post), "post-ops")
+            _check(lib.dnnl_convolution_forward_primitive_desc_create(
+                ctypes.byref(pd), _state["engine"], _FORWARD_TRAINING, _CONVOLUTION_DIRECT,
+                self._x_md, self._any_md, self._bias_md, self._y_md, *self._geometry, attr), "convolution with bias")
+        finally:
+            if post:
+                lib.dnnl_post_ops_destroy(post)
+            lib.dnnl_primitive_attr_destroy(attr)
         self._owned.pds.append(pd)
         return pd
 
@@ -391,14 +409,16 @@ class Convolution:
         stats[kind] += 1
         return out
 
-    def forward(self, x, f, bias=None):
+    def forward(self, x, f, bias=None, relu=False):
         """The convolution; with ``bias`` (a vector per output channel), that added to each
-        output in the same pass (a _FusedConv2D)."""
+        output in the same pass (a _FusedConv2D), and with ``relu`` each output rectified
+        there too (NaN becomes 0: see ``_forward_with_bias``)."""
         if bias is None:
             return self._with_filter("forward", f, _ARG_SRC, self._x_md, x, _ARG_DST, self._y_md, self.y_shape)
-        self._direction("forward_bias")  # makes the bias descriptor
+        kind = "forward_bias_relu" if relu else "forward_bias"
+        self._direction(kind)  # makes the bias descriptor
         bias = np.ascontiguousarray(bias, np.float32)
-        return self._with_filter("forward_bias", f, _ARG_SRC, self._x_md, x, _ARG_DST, self._y_md, self.y_shape,
+        return self._with_filter(kind, f, _ARG_SRC, self._x_md, x, _ARG_DST, self._y_md, self.y_shape,
                                  [(_ARG_BIAS, self._bias_md, bias)])
 
     def backward_data(self, dy, f):

@@ -75,7 +75,8 @@ def test_conv2d_and_gradients_match_float64(on, data_format, k, strides, padding
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-4 * np.abs(b).max(), err_msg=name)
     ran = {k: onednn.stats[k] - before[k] for k in before}
     # One input channel keeps the compiled col2im for the input gradient (kernels/nn.py).
-    assert ran == {"forward": 1, "forward_bias": 0, "backward_data": int(channels > 1), "backward_weights": 1}
+    assert ran == {"forward": 1, "forward_bias": 0, "forward_bias_relu": 0, "backward_data": int(channels > 1),
+                   "backward_weights": 1}
 
 
 @pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
@@ -111,7 +112,40 @@ def test_fused_conv2d_gives_the_unfused_values(monkeypatch, data_format, fused_o
             expected = s.run(want, {xt: x})
     assert np.isnan(got).any()
     np.testing.assert_array_equal(got, expected)
-    assert ran == int(use_onednn)
+    assert ran == int(use_onednn)  # (with a NaN in x, never oneDNN's ReLU)
+
+
+@pytest.mark.parametrize("case", ["finite", "nan", "inf filter", "overflow"])
+def test_fused_relu_runs_in_onednn_only_where_no_output_can_be_nan(on, case):
+    """oneDNN's ReLU post-op gives 0 for NaN, Relu keeps NaN: _FusedConv2D asks oneDNN to
+    rectify only when every input is finite and no window's sum can overflow; either way its
+    values are those of Conv2D, the bias add and Relu."""
+    rng = np.random.default_rng(9)
+    x = rng.standard_normal((4, 12, 12, 2)).astype(np.float32)  # 2 * x.size <= the output's size
+    f = rng.standard_normal((3, 3, 2, 6)).astype(np.float32)
+    if case == "nan":
+        x[0, 0, 0, 0] = np.nan
+    elif case == "inf filter":
+        f[1, 1, 0, 0] = np.inf
+    elif case == "overflow":
+        x[0, 5, 5, :] = 3e38  # finite, but x * f sums overflow to inf and inf - inf is NaN
+        x[0, 5, 6, :] = -3e38
+    g = tw.Graph()
+    with g.as_default():
+        xp = tw.placeholder(tw.float32, [None, 12, 12, 2])
+        y = tw.nn.relu(tw.nn.conv2d(xp, tw.constant(f), [1, 1, 1, 1], "SAME") + tw.constant(np.ones(6, np.float32)))
+        results = {}
+        for fuse in (True, False):
+            cfg = tw.ConfigProto(graph_options=tw.GraphOptions(enable_elementwise_fusion=fuse))
+            with tw.Session(graph=g, config=cfg) as s:
+                before = onednn.stats["forward_bias_relu"]
+                results[fuse] = s.run(y, {xp: x})
+                in_onednn = onednn.stats["forward_bias_relu"] - before
+            if fuse:
+                assert in_onednn == (case == "finite")
+    np.testing.assert_array_equal(results[True], results[False])  # NaN and inf where the unfused have them
+    if case == "nan":
+        assert np.isnan(results[True]).any()
 
 
 def test_float64_and_switched_off_take_the_own_paths(monkeypatch):

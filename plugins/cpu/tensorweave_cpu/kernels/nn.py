@@ -317,12 +317,14 @@ def _sizes(ctx, v, what):
     return [int(d) for d in v]
 
 
-def _conv2d(ctx):
-    """Conv2D; the function it makes also takes a bias (``_fused_conv2d``)."""
+def _conv2d_with(ctx):
+    """``run(x, f, bias=None, relu=False) -> (y, rectified)``: Conv2D, with a bias added as
+    _FusedConv2D needs, and with ``relu`` rectified by oneDNN as it writes where it runs
+    (``rectified`` says whether it did)."""
     fmt, sh, sw, dh, dw = _conv_setup(ctx)
     cache, convs = {}, onednn.Convolutions(fmt, (sh, sw), (dh, dw))
 
-    def conv2d(x, f, bias=None):
+    def run(x, f, bias=None, relu=False):
         if x.ndim != 4 or f.ndim != 4:
             raise ctx.error(_E, f"input and filter must be 4-D, got shapes {x.shape} and {f.shape}")
         xn = _to_nhwc(x, fmt)
@@ -333,21 +335,46 @@ def _conv2d(ctx):
         oh, ow, pads = _geometry(ctx, h, w, kh, kw, sh, sw, dh, dw)
         conv = _onednn(convs, (x, f) if bias is None else (x, f, bias), n, c, h, w, co, kh, kw, oh, ow, pads)
         if conv is not None:
-            return conv.forward(x, f, bias)
+            # oneDNN's ReLU gives 0 for NaN: asked for only where no output can be NaN, and
+            # where checking that (reading x) costs less than rectifying the output after
+            relu = relu and 2 * x.size <= n * oh * ow * co and _finite_outputs(x, f, bias)
+            return conv.forward(x, f, bias, relu), relu
         y = _cols_matmul(xn, kh, kw, sh, sw, dh, dw, oh, ow, pads, cache, f.reshape(kh * kw * c, co))
         y = y.reshape(n, oh, ow, co)
         if bias is not None:
             y += bias  # (NHWC here) a fresh product: in place, the values of a separate add
-        return _from_nhwc(y, fmt)
-    return conv2d
+        return _from_nhwc(y, fmt), False
+    return run
+
+
+# Outputs of a float32 convolution stay finite when no sum of |x| * |f| over a window can
+# reach float32's largest value (3.4e38), with a margin for the sums' rounding.
+_FINITE_BOUND = 1e38
+
+
+def _finite_outputs(x, f, bias) -> bool:
+    """Whether every output of a convolution of ``x`` with ``f``, plus ``bias``, is finite
+    (so not NaN): every input finite, and no window's sum large enough to overflow. The
+    bounds add |max| and |min| so that a NaN anywhere makes them NaN, never smaller."""
+    with np.errstate(all="ignore"):
+        ax = abs(float(x.max())) + abs(float(x.min()))
+        af = abs(float(f.max())) + abs(float(f.min()))
+        ab = abs(float(bias.max())) + abs(float(bias.min()))
+        bound = ax * af * (f.shape[0] * f.shape[1] * f.shape[2]) + ab
+    return bound < _FINITE_BOUND
+
+
+def _conv2d(ctx):
+    run = _conv2d_with(ctx)
+    return lambda x, f: run(x, f)[0]
 
 
 def _fused_conv2d(ctx):
     """_FusedConv2D (passes/matmul_fusion.py): the convolution with its bias added (by oneDNN
-    in the convolution's own pass where it runs), then the activation in place, one block
-    of images per core from a million elements: the values of Conv2D, the bias add and
-    Relu/Relu6, bit for bit."""
-    conv2d = _conv2d(ctx)
+    in the convolution's own pass where it runs) and, for Relu, rectified there too where no
+    output can be NaN; else the activation in place after it, one block of images per core
+    from a million elements: the values of Conv2D, the bias add and Relu/Relu6, bit for bit."""
+    run = _conv2d_with(ctx)
     act = list(ctx.attrs["fused_ops"])[1:]
 
     def rectify(y, r0, r1):
@@ -360,8 +387,8 @@ def _fused_conv2d(ctx):
         if bias.ndim != 1 or f.ndim != 4 or bias.shape[0] != f.shape[3]:
             raise ctx.error(_E, f"bias of shape {bias.shape} for a filter of shape {f.shape} "
                                 f"(one value per output channel)")
-        y = conv2d(x, f, bias)
-        if act:
+        y, rectified = run(x, f, bias, act == ["Relu"])
+        if act and not rectified:
             rowwise.over_rows(lambda r0, r1: rectify(y, r0, r1), y.shape[0], y.size)
         return y
     return fused_conv2d
