@@ -1,5 +1,5 @@
-"""oneDNN's convolutions for the CPU's float32 Conv2D (with its bias added, for _FusedConv2D)
-and its two gradients (the cpu plugin's ``onednn`` extra: Intel's ``onednn-cpu-gomp`` wheel,
+"""oneDNN's convolutions for the CPU's float32 Conv2D (with its bias added and its ReLU, for
+_FusedConv2D) and its two gradients (the cpu plugin's ``onednn`` extra: Intel's ``onednn-cpu-gomp`` wheel,
 oneDNN 3.x built with GNU OpenMP).
 
 This module owns the binding: finding and loading ``libdnnl``, the few entry points of its C
@@ -416,7 +416,6 @@ class Convolution:
         if bias is None:
             return self._with_filter("forward", f, _ARG_SRC, self._x_md, x, _ARG_DST, self._y_md, self.y_shape)
         kind = "forward_bias_relu" if relu else "forward_bias"
-        self._direction(kind)  # makes the bias descriptor
         bias = np.ascontiguousarray(bias, np.float32)
         return self._with_filter(kind, f, _ARG_SRC, self._x_md, x, _ARG_DST, self._y_md, self.y_shape,
                                  [(_ARG_BIAS, self._bias_md, bias)])
