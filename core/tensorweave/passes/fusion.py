@@ -260,7 +260,6 @@ def fuse(plan, fusers: dict) -> int:
     if not groups:
         return 0
     fed = set(plan.feeds)
-    device_of = plan.device_of
     fused_count = 0
     replacements = {}
     removed = set()
@@ -275,16 +274,8 @@ def fuse(plan, fusers: dict) -> int:
             continue
         node = plan_graph.add_node(plan, FUSED, [list(inputs)], expr.to_attrs(), name=f"{root.name}/fused",
                                    device=root._device, order=root._id)
-        take_name(plan.graph, node, root)
-        device_of[node] = device_of[root]
-        new_out = node._outputs[0]
-        try:
-            new_out._shape = new_out._shape.merge_with(out._shape)
-        except errors.InvalidArgumentError:
-            new_out._shape = out._shape if out._shape.ndims is not None else TensorShape(None)
-        if hasattr(plan, "origin") and root in plan.origin:
-            plan.origin[node] = plan.origin[root]  # errors name the user's node
-        replacements[out] = new_out
+        stand_in(plan, node, root)
+        replacements[out] = node._outputs[0]
         removed.update(members)
         fused_count += 1
     if not fused_count:
@@ -293,6 +284,22 @@ def fuse(plan, fusers: dict) -> int:
     plan_graph.replace(plan, replacements)
     plan_graph.reprune(plan)  # constants that only fused nodes read are literals now
     return fused_count
+
+
+def stand_in(plan, node, root) -> None:
+    """``node``, just added to the plan to compute what ``root`` (the last node of a group it
+    replaces) computed, takes its place: its name (``take_name``), its device, what its
+    output's shape was known to be, and its origin (errors name the user's node). The
+    fusion passes then reroute ``root``'s readers to it (``plan_graph.replace``)."""
+    take_name(plan.graph, node, root)
+    plan.device_of[node] = plan.device_of[root]
+    new_out, out = node._outputs[0], root._outputs[0]
+    try:
+        new_out._shape = new_out._shape.merge_with(out._shape)
+    except errors.InvalidArgumentError:
+        new_out._shape = out._shape if out._shape.ndims is not None else TensorShape(None)
+    if hasattr(plan, "origin") and root in plan.origin:
+        plan.origin[node] = plan.origin[root]
 
 
 def take_name(graph, node, root) -> None:

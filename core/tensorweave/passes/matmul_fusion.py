@@ -61,13 +61,8 @@ def matmul_fusion_pass(plan) -> None:
                  "fused_ops": ["BiasAdd"] + ([act._op_def.name] if act is not None else [])}
         node = plan_graph.add_node(plan, fused_type, [mm._inputs[0], mm._inputs[1], [bias]], attrs,
                                    name=f"{last.name}/fused", device=last._device, order=last._id)
-        fusion.take_name(plan.graph, node, last)
-        plan.device_of[node] = plan.device_of[last]
-        out = node._outputs[0]
-        out._shape = out._shape.merge_with(last._outputs[0]._shape)
-        if hasattr(plan, "origin") and last in plan.origin:
-            plan.origin[node] = plan.origin[last]
-        replacements[last._outputs[0]] = out
+        fusion.stand_in(plan, node, last)
+        replacements[last._outputs[0]] = node._outputs[0]
         ops[last] = node
         removed.update(op for op in (mm, add, act) if op is not None)
     if not replacements:

@@ -49,13 +49,8 @@ def pool_grad_fusion_pass(plan) -> None:
         node = plan_graph.add_node(plan, MAX_POOL_RELU_GRAD, list(pg._inputs),
                                    {k: pg._attrs[k] for k in _POOL_ATTRS if k in pg._attrs},
                                    name=f"{rg.name}/fused", device=rg._device, order=rg._id)
-        fusion.take_name(plan.graph, node, rg)
-        plan.device_of[node] = plan.device_of[rg]
-        out = node._outputs[0]
-        out._shape = out._shape.merge_with(rg._outputs[0]._shape)
-        if hasattr(plan, "origin") and rg in plan.origin:
-            plan.origin[node] = plan.origin[rg]
-        replacements[rg._outputs[0]] = out
+        fusion.stand_in(plan, node, rg)
+        replacements[rg._outputs[0]] = node._outputs[0]
         ops[rg] = node
         removed.update((pg, rg))
     if not replacements:
