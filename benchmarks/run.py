@@ -47,14 +47,18 @@ def _calibrate(fn, target_s: float) -> int:
 
 
 def time_variants(variants: dict, rounds: int, target_s: float) -> dict:
-    """Best seconds per step for each variant, rounds interleaved."""
+    """Best seconds per step for each variant, rounds interleaved. Every other round runs
+    the variants in reverse order, so that no variant always runs right after the same
+    other one: a runtime's threads may stay busy for a while after its own round (JAX's
+    take 7-10 ms of CPU in the 200 ms after a convnet step), slowing whatever comes next."""
     for fn in variants.values():
         fn()  # warm-up: plan building, caches, BLAS threads
     counts = {k: _calibrate(fn, target_s) for k, fn in variants.items()}
     best = {k: float("inf") for k in variants}
-    for _ in range(rounds):
-        for k, fn in variants.items():
-            n = counts[k]
+    order = list(variants)
+    for r in range(rounds):
+        for k in (order if r % 2 == 0 else order[::-1]):
+            fn, n = variants[k], counts[k]
             t0 = time.perf_counter()
             for _ in range(n):
                 fn()
