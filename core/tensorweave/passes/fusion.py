@@ -278,12 +278,30 @@ def fuse(plan, fusers: dict) -> int:
         replacements[out] = node._outputs[0]
         removed.update(members)
         fused_count += 1
-    if not fused_count:
-        return 0
-    plan.nodes = [op for op in plan.nodes if op not in removed]
-    plan_graph.replace(plan, replacements)
-    plan_graph.reprune(plan)  # constants that only fused nodes read are literals now
+    if fused_count:
+        put_in_place(plan, removed, replacements)  # (constants only fused nodes read are literals now)
     return fused_count
+
+
+def has_float_kernel(plan, op, fused_type: str, cache: dict) -> bool:
+    """Whether ``op`` is float32 or float64 and placed on a device whose type has a kernel
+    for ``fused_type`` at that dtype (``cache``: the answers so far, kept by the pass)."""
+    dev, dtype = plan.device_of.get(op), op._attrs.get("T")
+    if dev is None or dtype is None or dtype.name not in ("float32", "float64"):
+        return False
+    key = (fused_type, dev.device_type, dtype)
+    if key not in cache:
+        cache[key] = plan.kernels.lookup(fused_type, dev.device_type, {"T": dtype}) is not None
+    return cache[key]
+
+
+def put_in_place(plan, removed, replacements, ops=None) -> None:
+    """The end of a fusion pass: the ``removed`` nodes leave the plan, their readers take
+    the fused nodes' outputs (``replacements``) and control edges (``ops``), and what only
+    they read is pruned."""
+    plan.nodes = [op for op in plan.nodes if op not in removed]
+    plan_graph.replace(plan, replacements, ops)
+    plan_graph.reprune(plan)
 
 
 def stand_in(plan, node, root) -> None:

@@ -42,16 +42,10 @@ def matmul_fusion_pass(plan) -> None:
     replacements, ops, removed = {}, {}, set()
     for mm in [op for op in plan.nodes if op._op_def.name in _FUSED]:
         fused_type, rank, kept = _FUSED[mm._op_def.name]
-        dev = plan.device_of.get(mm)
-        dtype = mm._attrs.get("T")
-        if dev is None or dtype is None or dtype.name not in ("float32", "float64") \
-                or mm._attrs.get("data_format", "NHWC") != "NHWC":
+        if mm._attrs.get("data_format", "NHWC") != "NHWC" or not fusion.has_float_kernel(plan, mm, fused_type,
+                                                                                          has_kernel):
             continue
-        key = (fused_type, dev.device_type, dtype)
-        if key not in has_kernel:
-            has_kernel[key] = plan.kernels.lookup(fused_type, dev.device_type, {"T": dtype}) is not None
-        if not has_kernel[key]:
-            continue
+        dtype = mm._attrs["T"]
         chain = _chain(mm, rank, readers, fetched, plan.device_of)
         if chain is None:
             continue
@@ -65,11 +59,8 @@ def matmul_fusion_pass(plan) -> None:
         replacements[last._outputs[0]] = node._outputs[0]
         ops[last] = node
         removed.update(op for op in (mm, add, act) if op is not None)
-    if not replacements:
-        return
-    plan.nodes = [op for op in plan.nodes if op not in removed]
-    plan_graph.replace(plan, replacements, ops)
-    plan_graph.reprune(plan)
+    if replacements:
+        fusion.put_in_place(plan, removed, replacements, ops)
 
 
 def _inner(op, readers, fetched) -> bool:

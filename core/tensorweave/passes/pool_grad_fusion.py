@@ -34,14 +34,7 @@ def pool_grad_fusion_pass(plan) -> None:
     has_kernel: dict = {}
     replacements, ops, removed = {}, {}, set()
     for pg in [op for op in plan.nodes if op._op_def.name == "MaxPoolGrad"]:
-        dev = plan.device_of.get(pg)
-        dtype = pg._attrs.get("T")
-        if dev is None or dtype is None or dtype.name not in ("float32", "float64"):
-            continue
-        key = (dev.device_type, dtype)
-        if key not in has_kernel:
-            has_kernel[key] = plan.kernels.lookup(MAX_POOL_RELU_GRAD, dev.device_type, {"T": dtype}) is not None
-        if not has_kernel[key]:
+        if not fusion.has_float_kernel(plan, pg, MAX_POOL_RELU_GRAD, has_kernel):
             continue
         rg = _relu_grad_of(pg, readers, fetched, plan.device_of)
         if rg is None:
@@ -53,11 +46,8 @@ def pool_grad_fusion_pass(plan) -> None:
         replacements[rg._outputs[0]] = node._outputs[0]
         ops[rg] = node
         removed.update((pg, rg))
-    if not replacements:
-        return
-    plan.nodes = [op for op in plan.nodes if op not in removed]
-    plan_graph.replace(plan, replacements, ops)
-    plan_graph.reprune(plan)
+    if replacements:
+        fusion.put_in_place(plan, removed, replacements, ops)
 
 
 def _relu_grad_of(pg, readers, fetched, device_of):
