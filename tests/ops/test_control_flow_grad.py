@@ -178,6 +178,31 @@ def test_gradient_through_loop_builds_stacks_and_a_backward_loop():
             assert sess.run(out, {x: 1.1}) == pytest.approx(1.1 ** 8)
 
 
+@pytest.mark.parametrize("op", ["mul", "div", "matmul"])
+def test_a_loop_value_read_only_by_an_unwanted_gradient_is_not_kept(op):
+    """In ``a * c`` (c from outside the loop) only c's gradient reads a. Asked for x's
+    gradient alone, tw.gradients does not build c's (``Operation.skip_input_indices``), so a
+    is not pushed on a stack every iteration; asked for c's too, it is."""
+    step = {"mul": lambda a, c: a * c, "div": lambda a, c: a / c, "matmul": lambda a, c: tw.matmul(a, c)}[op]
+    x0 = np.array([[0.5, -1.2, 0.7]])
+    c0 = np.array([[1.1, 0.2, -0.3], [0.4, 0.9, 0.1], [-0.2, 0.3, 1.2]]) if op == "matmul" else np.array(1.3)
+
+    def fn(x, c):
+        return tw.while_loop(lambda i, a: i < 4, lambda i, a: (i + 1, step(a, c) + 0.5), [0, x])[1]
+    with tw.Graph().as_default() as g:
+        x = tw.placeholder(tw.float64, [1, 3])
+        c = tw.placeholder(tw.float64, c0.shape)
+        out = tw.reduce_sum(fn(x, c))
+        (dx,) = tw.gradients(out, x)
+        assert "StackPushV2" not in {o.type for o in g.get_operations()}
+        both = tw.gradients(out, [x, c])
+        assert "StackPushV2" in {o.type for o in g.get_operations()}
+        with tw.Session() as sess:
+            a, b = sess.run([dx, both[0]], {x: x0, c: c0})
+    np.testing.assert_allclose(a, b, rtol=1e-12)
+    check_gradients(fn, [x0, c0])
+
+
 def test_two_gradient_calls_on_one_loop():
     with tw.Graph().as_default():
         x = tw.placeholder(tw.float64, [])

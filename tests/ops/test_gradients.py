@@ -46,6 +46,36 @@ def test_unconnected_xs_get_none_and_stop_gradient_blocks():
         assert s.run(g2) == 2.0
 
 
+def test_a_gradient_function_is_told_which_inputs_need_no_gradient(sess):
+    """``op.skip_input_indices`` (TF2's attribute) while the op's gradient function runs: the
+    inputs no path from the xs comes through; None before and after."""
+    class Probe:
+        @plugins.hookimpl
+        def tensorweave_register_ops(self, registry):
+            registry.op("SkipProbeTestOp", inputs=["a: float32", "b: float32", "c: float32"], outputs=["y: float32"])
+
+        @plugins.hookimpl
+        def tensorweave_register_kernels(self, registry):
+            registry.register("SkipProbeTestOp", "CPU", lambda a, b, c: a + b + c)
+
+    plugins.register_plugin(Probe(), name="skip-probe-test")
+    from tensorweave.framework.graph import apply_op
+    seen = []
+
+    @tw.RegisterGradient("SkipProbeTestOp")
+    def _grad(op, grad):
+        seen.append(op.skip_input_indices)
+        return [None if i in op.skip_input_indices else grad for i in range(3)]
+
+    a, b = tw.constant(2.0), tw.constant(3.0)
+    y = apply_op("SkipProbeTestOp", [a, b, a * b])
+    (ga,) = tw.gradients(y, [a])
+    (gb,) = tw.gradients(y, [b])
+    assert seen == [(1,), (0,)]  # a*b depends on both: only the other constant is skipped
+    assert y.op.skip_input_indices is None
+    assert sess.run([ga, gb]) == [1.0 + 3.0, 1.0 + 2.0]
+
+
 def test_grad_ys_scale_the_result_and_must_match(sess):
     x = tw.constant([1.0, 2.0])
     y = x * 2.0

@@ -114,7 +114,7 @@ class Operation:
     """A node in the graph: an instance of an op type with attrs, inputs and outputs."""
 
     __slots__ = ("_graph", "_name", "_op_def", "_inputs", "_control_inputs", "_attrs",
-                 "_outputs", "_device", "_id", "_control_flow_context", "__weakref__")
+                 "_outputs", "_device", "_id", "_control_flow_context", "_skip_input_indices", "__weakref__")
 
     def __init__(self, graph, name, op_def: OpDef, inputs, control_inputs, attrs, output_dtypes, device):
         self._graph = graph
@@ -127,6 +127,7 @@ class Operation:
         self._id = len(graph._nodes)
         self._outputs = [Tensor(self, i, dt) for i, dt in enumerate(output_dtypes)]
         self._control_flow_context = None  # the tw.cond/tw.while_loop context it was built in
+        self._skip_input_indices = None
 
     graph = property(lambda self: self._graph)
     name = property(lambda self: self._name)
@@ -137,6 +138,10 @@ class Operation:
     control_inputs = property(lambda self: list(self._control_inputs))
     attrs = property(lambda self: dict(self._attrs))
     device = property(lambda self: self._device)
+    # While tw.gradients calls this op's gradient function: the positions of the inputs whose
+    # gradients nobody asked for (TF2's attribute); None at any other time. A gradient
+    # function may return None for them without building their ops.
+    skip_input_indices = property(lambda self: self._skip_input_indices)
 
     def values(self):
         return tuple(self._outputs)

@@ -155,7 +155,7 @@ def gradients(ys, xs, grad_ys=None, name="gradients", colocate_gradients_with_op
             while ready:
                 op = ready.pop()
                 if op not in stop_ops:
-                    _backprop_op(op, grads, math_ops)
+                    _backprop_op(op, grads, math_ops, between)
                 for t in op._inputs:
                     if t.op in between:
                         pending[t.op] -= 1
@@ -186,7 +186,7 @@ def _backprop_loops(ys, between, pending, stop_ops, grads, loop_state, math_ops)
     while queue:
         op = queue.popleft()
         if op not in stop_ops:
-            _backprop_op(op, grads, math_ops, loop_state)
+            _backprop_op(op, grads, math_ops, between, loop_state)
         for t in op._inputs:
             x = t.op
             if x not in between:
@@ -202,7 +202,7 @@ def _backprop_loops(ys, between, pending, stop_ops, grads, loop_state, math_ops)
     loop_state.post_processing()
 
 
-def _backprop_op(op: Operation, grads: dict, math_ops, loop_state=None) -> None:
+def _backprop_op(op: Operation, grads: dict, math_ops, between: set, loop_state=None) -> None:
     out_grads = []
     has_grad = False
     with loop_state.grad_scope(op, before=True) if loop_state else contextlib.nullcontext():
@@ -229,10 +229,10 @@ def _backprop_op(op: Operation, grads: dict, math_ops, loop_state=None) -> None:
             f"differentiable with tw.NotDifferentiable(\"{op.type}\")", node_def=op.name, op=op)
 
     with loop_state.grad_scope(op, before=False) if loop_state else contextlib.nullcontext():
-        _grads_of_inputs(op, fn, out_grads, grads, loop_state, array_ops)
+        _grads_of_inputs(op, fn, out_grads, grads, between, loop_state, array_ops)
 
 
-def _grads_of_inputs(op, fn, out_grads, grads, loop_state, array_ops) -> None:
+def _grads_of_inputs(op, fn, out_grads, grads, between, loop_state, array_ops) -> None:
     # Outputs that received no gradient contribute zeros (multi-output ops). In a cond, the
     # zeros of a branch Switch's other output are live only when that side was taken.
     out_grads = [g if g is not None or not _is_differentiable(t) else
@@ -242,7 +242,14 @@ def _grads_of_inputs(op, fn, out_grads, grads, loop_state, array_ops) -> None:
         if not getattr(fn, "accepts_indexed_slices", False):
             # A dense consumer: densified here, in the gradient's own (loop) context.
             out_grads = [to_dense(g) if isinstance(g, IndexedSlices) else g for g in out_grads]
-        in_grads = fn(op, *out_grads)
+        # Inputs off every path from the xs need no gradient. Their gradient ops would be
+        # pruned from a plan, but not inside a while loop, where each forward value they read
+        # is pushed on a stack every iteration and popped in the backward loop.
+        op._skip_input_indices = tuple(i for i, t in enumerate(op._inputs) if t.op not in between)
+        try:
+            in_grads = fn(op, *out_grads)
+        finally:
+            op._skip_input_indices = None
     if isinstance(in_grads, Tensor) or in_grads is None:
         in_grads = [in_grads]
     in_grads = list(in_grads)

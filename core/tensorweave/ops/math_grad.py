@@ -184,6 +184,15 @@ def _scalar(v, dtype) -> Tensor:
 
 # ---------------------------------------------------------------------------------------
 # element-wise binary ops
+def _wanted(op) -> tuple[bool, bool]:
+    """Whether the gradients of a two-input op's inputs are wanted: not where tw.gradients
+    says no path from the xs comes through the input (``Operation.skip_input_indices``).
+    Not building them matters in a while loop: a forward value they read would be pushed
+    and popped every iteration."""
+    skip = op.skip_input_indices or ()
+    return 0 not in skip, 1 not in skip
+
+
 def _binary_grads(gx, gy, op):
     x, y = op.inputs
     return [unbroadcast(gx, x, y.shape) if gx is not None else None,
@@ -191,22 +200,26 @@ def _binary_grads(gx, gy, op):
 
 
 def _add_grad(op, grad):
-    return _binary_grads(grad, grad, op)
+    wx, wy = _wanted(op)
+    return _binary_grads(grad if wx else None, grad if wy else None, op)
 
 
 def _sub_grad(op, grad):
-    return _binary_grads(grad, -grad, op)
+    wx, wy = _wanted(op)
+    return _binary_grads(grad if wx else None, -grad if wy else None, op)
 
 
 def _mul_grad(op, grad):
     x, y = op.inputs
-    return _binary_grads(grad * _conj(y), _conj(x) * grad, op)
+    wx, wy = _wanted(op)
+    return _binary_grads(grad * _conj(y) if wx else None, _conj(x) * grad if wy else None, op)
 
 
 def _div_grad(op, grad):
     x, y = (_conj(t) for t in op.inputs)
+    wx, wy = _wanted(op)
     gx = grad / y
-    return _binary_grads(gx, -gx * (x / y), op)
+    return _binary_grads(gx if wx else None, -gx * (x / y) if wy else None, op)
 
 
 def _pow_grad(op, grad):
@@ -459,16 +472,21 @@ def _unsorted_segment_sum_grad(op, grad):
 # ---------------------------------------------------------------------------------------
 # matrix ops
 def _matmul_grad(op, grad):
-    a, b = (_conj(t) for t in op.inputs)
+    x, y = op.inputs
     ta, tb = op.get_attr("transpose_a"), op.get_attr("transpose_b")
-    mm = math_ops.matmul
+    wx, wy = _wanted(op)
+    mm, c = math_ops.matmul, _conj
     if not ta and not tb:
-        return [mm(grad, b, transpose_b=True), mm(a, grad, transpose_a=True)]
-    if not ta and tb:
-        return [mm(grad, b), mm(grad, a, transpose_a=True)]
-    if ta and not tb:
-        return [mm(b, grad, transpose_b=True), mm(a, grad)]
-    return [mm(b, grad, transpose_a=True, transpose_b=True), mm(grad, a, transpose_a=True, transpose_b=True)]
+        gx, gy = (lambda: mm(grad, c(y), transpose_b=True)), (lambda: mm(c(x), grad, transpose_a=True))
+    elif not ta and tb:
+        gx, gy = (lambda: mm(grad, c(y))), (lambda: mm(grad, c(x), transpose_a=True))
+    elif ta and not tb:
+        gx, gy = (lambda: mm(c(y), grad, transpose_b=True)), (lambda: mm(c(x), grad))
+    else:
+        gx, gy = (lambda: mm(c(y), grad, transpose_a=True, transpose_b=True)), (
+            lambda: mm(grad, c(x), transpose_a=True, transpose_b=True))
+    # each built only if wanted: the other operand's value is read only then
+    return [gx() if wx else None, gy() if wy else None]
 
 
 def _batch_matmul_grad(op, grad):
