@@ -10,7 +10,7 @@ import pytest
 
 import tensorweave as tw
 from tensorweave import errors
-from tensorweave.runtime.loops import K_NEXT, K_PRED, LOOP_OP_TYPE
+from tensorweave.runtime.loops import K_MOVE, K_NEXT, K_PRED, LOOP_OP_TYPE, _next_iteration
 
 GENERAL = tw.ConfigProto(graph_options=tw.GraphOptions(enable_loop_compilation=False))
 
@@ -71,8 +71,16 @@ def _cond_inside():
     return x, [y, tw.gradients(tw.reduce_sum(y), x)[0]]
 
 
+def _swap():
+    """Loop variables that trade places every iteration: the hand-over must read them all
+    before it writes any."""
+    x = tw.placeholder(tw.float32, [None], name="x")
+    _, a, b = tw.while_loop(lambda i, a, b: i < 5, lambda i, a, b: (i + 1, b, a + 1.0), [0, x, x * 2.0])
+    return x, [a, b, tw.gradients(tw.reduce_sum(a * b), x)[0]]
+
+
 GRAPHS = {"simple": (_simple, (2,)), "nested": (_nested, (3,)), "tensor_array": (_tensor_array, (4,)),
-          "dynamic_rnn": (_dynamic_rnn, (2, 7, 3)), "cond_inside": (_cond_inside, (3,))}
+          "dynamic_rnn": (_dynamic_rnn, (2, 7, 3)), "cond_inside": (_cond_inside, (3,)), "swap": (_swap, (3,))}
 
 
 @pytest.mark.parametrize("name", list(GRAPHS))
@@ -118,10 +126,29 @@ def test_the_per_iteration_schedule_is_the_body_and_nothing_else():
         ref = ref * np.float32(1.0001) + np.float32(0.5)
     np.testing.assert_allclose(out, ref, rtol=1e-5)
     kinds = [s[3] for s in node.loop.steps]
-    assert kinds.count(K_PRED) == 1 and kinds[-1] == K_NEXT
+    assert kinds.count(K_PRED) == 1 and kinds[-1] == K_MOVE  # plain copies: no variable is swapped
     types = [s[5].op.type for s in node.loop.steps if s[5] is not None and not isinstance(s[5], tuple)]
     assert not {"Merge", "Switch", "Enter", "Exit", "NextIteration", "LoopCond"} & set(types), types
     assert len(node.loop.steps) <= 14, types
+
+
+def test_loop_variables_that_swap_are_read_before_they_are_written():
+    g = tw.Graph()
+    with g.as_default():
+        x, fetches = _swap()
+    with tw.Session(graph=g) as sess:
+        a, b, _ = sess.run(fetches, {x: np.array([1.0, 2.0, 3.0], np.float32)})
+        compiled, _ = _loop_facts(sess)
+    # The gradient loop's two accumulated gradients trade places as a and b do: read first.
+    backward = next(n for n in compiled if n.op.name.startswith("gradients"))
+    assert backward.loop.steps[-1][3] == K_NEXT
+    assert _next_iteration([7, 3], [3, 5])[3] == K_NEXT  # 3 is read after it is written
+    assert _next_iteration([3, 7, 9], [3, 5, 6])[3:6:2] == (K_MOVE, ((7, 5), (9, 6)))
+    ra, rb = np.array([1.0, 2.0, 3.0], np.float32), np.array([2.0, 4.0, 6.0], np.float32)
+    for _ in range(5):
+        ra, rb = rb, ra + np.float32(1.0)
+    np.testing.assert_array_equal(a, ra)
+    np.testing.assert_array_equal(b, rb)
 
 
 def test_a_traced_step_records_every_iteration_of_a_compiled_loop():

@@ -43,6 +43,8 @@ LOOP_OP_TYPE = "_FastLoop"
 
 # Step kinds of a loop's schedule, beyond the executor's K_NULLARY/K_UNARY/K_BINARY/K_GENERIC.
 K_PRED, K_NEXT, K_LOOP = 11, 12, 13
+# The NextIteration hand-over as plain copies, (source, destination) slot pairs in ``x``.
+K_MOVE = 17
 # Kernels with any number of inputs (their slots in the step's ``a``; ``b`` is 1 when their
 # outputs may be big enough for the allocator to track): one output, without and with the
 # step's context, or several outputs (the node in ``x``). Called directly, not through
@@ -95,6 +97,7 @@ class CompiledLoop:
         self.slot_node = slot_node       # output slot -> node, to name the node that failed
         self.own_slots = tuple({*enter_slots, *(s for _fn, s in inits), *(s[4] for s in steps if s[4] >= 0),
                                 *(d for s in steps if s[3] == K_NEXT for d in s[5][1]),
+                                *(d for s in steps if s[3] == K_MOVE for _s, d in s[5]),
                                 *(o for s in steps if s[3] in (K_MULTI, K_GENERIC, K_LOOP) for o in s[5].outs)})
         self.device = device
         self.truth = None if to_host is None else (lambda v: bool(np.asarray(to_host(v))))
@@ -119,16 +122,20 @@ class CompiledLoop:
         i, out, x = 0, -1, None
         try:
             while True:
+                # (the kinds tested in the order of how often a small loop's steps are of them)
                 for fn, a, b, kind, out, x in steps:
                     if kind == K_BINARY:
                         lv[out] = fn(lv[a], lv[b])
                     elif kind == K_UNARY:
                         lv[out] = fn(lv[a])
-                    elif kind == K_NULLARY:
-                        lv[out] = fn()
                     elif kind == K_PRED:
                         if not (lv[a] if truth is None else truth(lv[a])):
                             break
+                    elif kind == K_MOVE:
+                        for s, d in x:
+                            lv[d] = lv[s]
+                    elif kind == K_NULLARY:
+                        lv[out] = fn()
                     elif kind == K_NARY:
                         v = lv[out] = fn(*[lv[i] for i in a])
                         if b and getattr(v, "nbytes", 0) >= SMALL_BYTES:
@@ -180,6 +187,10 @@ class CompiledLoop:
                     new = [lv[s] for s in srcs]
                     for d, v in zip(dsts, new):
                         lv[d] = v
+                    continue
+                if kind == K_MOVE:
+                    for s, d in x:
+                        lv[d] = lv[s]
                     continue
                 t0 = clock()
                 try:
@@ -458,8 +469,7 @@ def _compile_frame(f, members, in_f, edges, device, to_host):
     for n in members:
         if n not in skip and n in body:
             _encode(n, steps, slot_node, slot)
-    steps.append((None, 0, 0, K_NEXT, -1, (tuple(slot(merge_next[m].ins[0]) for m in merges),
-                                           tuple(m.outs[0] for m in merges))))
+    steps.append(_next_iteration([slot(merge_next[m].ins[0]) for m in merges], [m.outs[0] for m in merges]))
     # Iteration 0 reads a loop variable's Enter value through its Merge: the value goes
     # straight to the Merge's output slot; an invariant to its Enter's own slot.
     enter_slots = [e.outs[0] if e.op.get_attr("is_constant")
@@ -468,6 +478,20 @@ def _compile_frame(f, members, in_f, edges, device, to_host):
     pre = [step for e in enters for step in e.pre]
     loop = CompiledLoop(f, enter_slots, inits, steps, exit_srcs, slot_node, device, to_host)
     return loop, enters, exits, pre
+
+
+def _next_iteration(srcs, dsts):
+    """The step that hands each NextIteration value to its Merge's slot for the next
+    iteration: one copy after another where no copy reads a slot an earlier one wrote (the
+    usual case), else all values read first (a body that swaps loop variables)."""
+    pairs, written = [], set()
+    for s, d in zip(srcs, dsts):
+        if s in written:
+            return (None, 0, 0, K_NEXT, -1, (tuple(srcs), tuple(dsts)))
+        if s != d:
+            pairs.append((s, d))
+            written.add(d)
+    return (None, 0, 0, K_MOVE, -1, tuple(pairs))
 
 
 def _encode(n, steps, slot_node, slot):
