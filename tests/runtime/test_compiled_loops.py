@@ -10,6 +10,7 @@ import pytest
 
 import tensorweave as tw
 from tensorweave import errors
+from tensorweave.runtime import loops
 from tensorweave.runtime.loops import K_MOVE, K_NEXT, K_PRED, LOOP_OP_TYPE, _next_iteration
 
 GENERAL = tw.ConfigProto(graph_options=tw.GraphOptions(enable_loop_compilation=False))
@@ -254,3 +255,102 @@ def test_a_loop_of_large_kernels_runs_beside_independent_work_and_starts_first()
     loop, product = stats["while"], stats["MatMul"]
     assert loop.all_start_nanos < product.all_start_nanos
     assert loop.thread_id != product.thread_id
+
+
+def _two_layers():
+    """A loop in two stages: layer b reads layer a of the same iteration; nothing of a reads b."""
+    x = tw.placeholder(tw.float32, [None, 3], name="x")
+    wa = tw.Variable(np.random.default_rng(1).uniform(-1, 1, (3, 3)).astype(np.float32))
+    wb = tw.Variable(np.random.default_rng(2).uniform(-1, 1, (3, 3)).astype(np.float32))
+    ta = tw.TensorArray(tw.float32, size=7)
+
+    def body(i, a, b, ta):
+        a = tw.tanh(tw.matmul(a, wa) + tw.cast(i, tw.float32) * 0.1)
+        b = tw.sigmoid(tw.matmul(a, wb) + b)
+        return i + 1, a, b, ta.write(i, b)
+    _, a, b, ta = tw.while_loop(lambda i, a, b, ta: i < 7, body, [0, x, x * 0.5, ta])
+    loss = tw.reduce_sum(ta.stack()) + tw.reduce_sum(a * b)
+    return x, [a, b, loss, *tw.gradients(loss, [x, wa, wb])]
+
+
+def _stage_facts(sess):
+    compiled, _ = _loop_facts(sess)
+    return [n.loop.stages for n in compiled]
+
+
+def test_a_loop_in_two_stages_gives_the_one_stage_values_bit_for_bit(monkeypatch):
+    x0 = np.random.default_rng(0).uniform(-1, 1, (4, 3)).astype(np.float32)
+    results, staged = [], []
+    for min_flops in (float("inf"), 0.0):
+        monkeypatch.setattr(loops, "STAGE_MIN_FLOPS", min_flops)
+        g = tw.Graph()
+        with g.as_default():
+            x, fetches = _two_layers()
+            init = tw.global_variables_initializer()
+        with tw.Session(graph=g) as sess:
+            sess.run(init)
+            results.append([sess.run(fetches, {x: x0}) for _ in range(3)])
+            staged.append(_stage_facts(sess))
+    assert all(st is None for st in staged[0])
+    forward, backward = staged[1]
+    assert forward is not None and backward is not None
+    # the forward loop's second stage: layer b and the TensorArray write, not the counter
+    side = {n.op.type for n in forward.side_nodes}
+    assert {"Sigmoid", "TensorArrayWriteV3"} <= side and "Tanh" not in side, side
+    for one, two in zip(*results):
+        for u, v in zip(one, two):
+            np.testing.assert_array_equal(u, v)
+
+
+def test_a_second_stage_error_names_its_node_and_the_session_goes_on(monkeypatch):
+    monkeypatch.setattr(loops, "STAGE_MIN_FLOPS", 0.0)
+    g = tw.Graph()
+    with g.as_default():
+        table = tw.constant(np.arange(12, dtype=np.float32).reshape(4, 3))
+        n = tw.placeholder(tw.int32, [])
+
+        def body(i, a, b):
+            a = a * 1.5 + 1.0
+            b = b + tw.gather(table, tw.reshape(i, [1]), name="bad_gather")  # row 4 does not exist
+            return i + 1, a, b
+        _, a, b = tw.while_loop(lambda i, a, b: i < n, body, [0, tw.ones([1, 3]), tw.zeros([1, 3])])
+    with tw.Session(graph=g) as sess:
+        with pytest.raises(errors.InvalidArgumentError, match="bad_gather"):
+            sess.run([a, b], {n: 9})
+        (stages,) = _stage_facts(sess)
+        assert stages is not None and any(m.op.name.endswith("bad_gather") for m in stages.side_nodes)
+        got_a, got_b = sess.run([a, b], {n: 4})
+    np.testing.assert_array_equal(got_b, np.arange(12, dtype=np.float32).reshape(4, 3).sum(0, keepdims=True))
+    ref = np.ones((1, 3), np.float32)
+    for _ in range(4):
+        ref = ref * np.float32(1.5) + np.float32(1.0)
+    np.testing.assert_array_equal(got_a, ref)
+
+
+def test_closing_the_session_stops_an_endless_loop_in_two_stages(monkeypatch):
+    monkeypatch.setattr(loops, "STAGE_MIN_FLOPS", 0.0)
+    g = tw.Graph()
+    with g.as_default():
+        _, _, y = tw.while_loop(lambda i, a, b: i >= 0, lambda i, a, b: (i * 0 + 1, a + 1.0, b + a * 2.0),
+                                [0, 0.0, 0.0])
+    sess = tw.Session(graph=g)
+    caught, handing_over = [], threading.Event()
+    put = loops._SideStage.put
+
+    def counted_put(self, *args):
+        handing_over.set()
+        return put(self, *args)
+    monkeypatch.setattr(loops._SideStage, "put", counted_put)
+
+    def run():
+        try:
+            sess.run(y)
+        except errors.OpError as e:
+            caught.append(e)
+    t = threading.Thread(target=run)
+    t.start()
+    assert handing_over.wait(30), "the loop did not run in two stages"
+    sess.close()
+    t.join(30)
+    assert not t.is_alive(), "the loop kept running after Session.close()"
+    assert caught and isinstance(caught[0], errors.CancelledError), caught

@@ -50,6 +50,7 @@ from tensorweave.runtime.step import (
     StepState,
     StepStatsCollector,
     enter_loop,
+    estimate_flops,
     in_loop,
     leave_loop,
     transfer_record,
@@ -85,24 +86,6 @@ def _static_nbytes(t) -> int | None:
     if not t.shape.is_fully_defined() or t.dtype.is_string:
         return None
     return t.shape.num_elements() * t.dtype.size
-
-
-def _estimate_flops(op) -> float:
-    shapes = [t.shape for t in op.inputs]
-    if op.type in ("MatMul", "BatchMatMul", "Conv2D", "MatrixInverse", "MatrixDeterminant"):
-        if all(s.is_fully_defined() for s in shapes) and op.outputs and op.outputs[0].shape.is_fully_defined():
-            if op.type == "Conv2D":  # each output element: kh * kw * in_channels multiply-adds
-                f = shapes[1].as_list()
-                k = f[0] * f[1] * f[2]
-            else:
-                k = shapes[0].as_list()[-1] if shapes[0].ndims else 1
-            return 2.0 * op.outputs[0].shape.num_elements() * k
-        return float("inf")
-    n = 0
-    for t in list(op.inputs) + list(op.outputs):
-        e = t.shape.num_elements()
-        n += e if e is not None else 1e6
-    return float(n)
 
 
 def _reader(store, device):
@@ -370,7 +353,7 @@ class _Compiler:
                     cache[key] = n.fn
             sizes = [_static_nbytes(t) for t in op.outputs]
             n.track = any(s is None or s >= SMALL_BYTES for s in sizes)
-            n.expensive = _estimate_flops(op) > EXPENSIVE_FLOPS
+            n.expensive = estimate_flops(op) > EXPENSIVE_FLOPS
             n_out = len(op.outputs)
             # A list output of length one (Split with num_split=1): the kernel may return a
             # 1-tuple, which must not become the tensor's value.
@@ -898,7 +881,7 @@ def _mark_loops_aside(nodes) -> bool:
     stack = []
     for n in nodes:
         loop = getattr(n, "loop", None)
-        if loop is not None and sum(_estimate_flops(x.op) for x in set(loop.slot_node.values())) >= LOOP_ASIDE_FLOPS:
+        if loop is not None and sum(estimate_flops(x.op) for x in set(loop.slot_node.values())) >= LOOP_ASIDE_FLOPS:
             n.expensive = True
             stack.append(n)
     while stack:

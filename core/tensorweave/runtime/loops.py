@@ -23,17 +23,35 @@ shape the compiler does not recognise keeps the general path, unchanged. Traced 
 every node of every iteration, with its frame and iteration, as the general path does.
 A dead input (the loop sits in an untaken cond branch) makes the whole loop dead without
 running it, as in TF.
+
+A loop on the host whose iteration splits into two stages, the second depending on the
+first but nothing of the first on the second (a 2-layer RNN's layers), runs them as a
+pipeline: the second stage of iteration t on a stage worker thread while this thread runs
+the first stage of iteration t+1 (``_Stages``, planned by ``_plan_stages``). Each stage runs
+its nodes in their order and its own loop variables; only the values the second stage reads
+are handed over. Values are bit for bit those of one thread; traced steps run one thread.
 """
 
 from __future__ import annotations
 
 import heapq
+import queue
+import threading
 import time
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 
 from tensorweave.framework import errors
-from tensorweave.runtime.step import K_BINARY, K_GENERIC, K_NULLARY, K_UNARY, SMALL_BYTES, wrap_kernel_error
+from tensorweave.runtime.step import (
+    K_BINARY,
+    K_GENERIC,
+    K_NULLARY,
+    K_UNARY,
+    SMALL_BYTES,
+    estimate_flops,
+    wrap_kernel_error,
+)
 
 # Roles as frames.py names them, by op type (only what the compiler tells apart).
 _ENTER, _EXIT, _NEXT, _MERGE, _SWITCH, _LOOPCOND = ("Enter", "Exit", "NextIteration", "Merge", "Switch",
@@ -89,8 +107,9 @@ class CompiledLoop:
     of the iteration that runs it (the frame's own slots are its nodes' and no one else's)
     and returns the Exit values, in the order of the LoopNode's outputs."""
 
-    def __init__(self, frame, enter_slots, inits, steps, exit_srcs, slot_node, device, to_host):
+    def __init__(self, frame, enter_slots, inits, steps, exit_srcs, slot_node, device, to_host, stages=None):
         self.frame = frame
+        self.stages = stages             # a _Stages when the loop runs as a two-stage pipeline
         self.enter_slots = enter_slots   # where each input (an Enter's value) goes
         self.inits = inits               # (kernel, slot): the body's constants, once per loop
         self.steps = steps               # one iteration: (fn, a, b, kind, out, x)
@@ -111,6 +130,8 @@ class CompiledLoop:
                 lv[s] = fn()
             if state.stats is not None:
                 self._iterate_traced(state, lv)
+            elif self.stages is not None:
+                self._iterate_in_stages(state, lv)
             else:
                 self._iterate(state, lv)
             return tuple(lv[s] for s in self.exit_srcs)
@@ -215,6 +236,30 @@ class CompiledLoop:
             if not i % _CHECK_EVERY:
                 self._check(state, i)
 
+    def _iterate_in_stages(self, state, lv):
+        """``_iterate`` as a two-stage pipeline (``_Stages``): this thread runs iteration t+1's
+        first stage while a stage worker runs iteration t's second stage in its own copy of
+        the slots, from the values this thread hands it."""
+        st = self.stages
+        side = _SideStage(self, state, list(lv))
+        truth, step, track = self.truth, state.step, state.part.allocator.track
+        i = 0
+        try:
+            while _run_steps(st.main_steps, lv, step, truth, track, self):
+                side.put(tuple(lv[s] for s in st.handed), state, i)
+                new = [lv[s] for s, _d in st.main_moves]  # read all first: variables may swap
+                for (_s, d), v in zip(st.main_moves, new):
+                    lv[d] = v
+                i += 1
+                if not i % _CHECK_EVERY:
+                    self._check(state, i)
+        except BaseException:
+            side.stop()
+            raise
+        lv_side = side.finish()
+        for s in st.side_exits:
+            lv[s] = lv_side[s]
+
     def _check(self, state, i):
         if state.step.cancelled or state.error is not None:
             raise errors.CancelledError(f"loop '{self.frame}' stopped at iteration {i}: the step was cancelled")
@@ -226,6 +271,119 @@ class CompiledLoop:
     def _error(self, e, out, x):
         node = x if x is not None and not isinstance(x, tuple) else self.slot_node.get(out)
         return wrap_kernel_error(e, node.op if node is not None else None, self.device)
+
+
+def _run_steps(steps, lv, step, truth, track, loop) -> bool:
+    """One pass over ``steps`` (a stage of a pipelined loop's iteration, its kinds as in
+    ``CompiledLoop._iterate``); False when its predicate is false. Errors are named after
+    the node that raised."""
+    out, x = -1, None
+    try:
+        for fn, a, b, kind, out, x in steps:
+            if kind == K_BINARY:
+                lv[out] = fn(lv[a], lv[b])
+            elif kind == K_UNARY:
+                lv[out] = fn(lv[a])
+            elif kind == K_PRED:
+                if not (lv[a] if truth is None else truth(lv[a])):
+                    return False
+            elif kind == K_NULLARY:
+                lv[out] = fn()
+            elif kind in (K_NARY, K_CTX):
+                v = lv[out] = fn(*[lv[i] for i in a]) if kind == K_NARY else fn(step, *[lv[i] for i in a])
+                if b and getattr(v, "nbytes", 0) >= SMALL_BYTES:
+                    track(v)
+            else:  # K_MULTI: the planner puts no other kind in a stage
+                res = fn(step, *[lv[i] for i in a]) if x.kd.takes_context else fn(*[lv[i] for i in a])
+                if len(res) != len(x.outs):
+                    _wrong_count(x, res)
+                for s, v in zip(x.outs, res):
+                    lv[s] = v
+                    if b and getattr(v, "nbytes", 0) >= SMALL_BYTES:
+                        track(v)
+    except (errors.CancelledError, errors.DeadlineExceededError):
+        raise
+    except Exception as e:  # noqa: BLE001 - named after the node that raised
+        raise loop._error(e, out, x) from (None if isinstance(e, errors.OpError) else e)
+    return True
+
+
+# How many iterations the first stage may run ahead of the second: their handed values stay
+# referenced until the second stage has run them (bounded memory).
+_AHEAD = 2
+_stage_pool_lock = threading.Lock()
+_stage_pool: list = []
+
+
+def _stage_workers() -> ThreadPoolExecutor:
+    """The threads second stages run on: their own pool, never the inter-op pool, so a loop
+    waiting for its second stage can never wait behind the kernels of its own step."""
+    with _stage_pool_lock:
+        if not _stage_pool:
+            _stage_pool.append(ThreadPoolExecutor(_STAGE_THREADS, thread_name_prefix="tw-loop-stage"))
+        return _stage_pool[0]
+
+
+_STAGE_THREADS = 8
+
+
+class _SideStage:
+    """A pipelined loop's second stage on a stage worker: iteration after iteration, in order,
+    it writes the values the first stage handed over into its own slots, runs its steps and
+    moves its own loop variables. The first error stops it; the first stage sees it at its
+    next hand-over (or at the end) and raises it."""
+
+    def __init__(self, loop, state, lv):
+        self.loop, self.lv = loop, lv
+        self.items: queue.SimpleQueue = queue.SimpleQueue()
+        self.room = threading.Semaphore(_AHEAD)
+        self.error: BaseException | None = None
+        self.future = _stage_workers().submit(self._run, state.step, state.part.allocator.track)
+
+    def put(self, values, state, i):
+        """Hand iteration ``i``'s values over; waits while the stage is _AHEAD behind."""
+        while not self.room.acquire(timeout=0.05):
+            if self.error is None:
+                self.loop._check(state, i)
+        if self.error is not None:
+            self.room.release()
+            raise self.error
+        self.items.put(values)
+
+    def _run(self, step, track):
+        st, lv, loop = self.loop.stages, self.lv, self.loop
+        with np.errstate(all="ignore"):  # per thread: as the executors run kernels
+            while True:
+                values = self.items.get()
+                if values is None:
+                    return
+                try:
+                    if self.error is None:
+                        for s, v in zip(st.handed, values):
+                            lv[s] = v
+                        _run_steps(st.side_steps, lv, step, None, track, loop)
+                        new = [lv[s] for s, _d in st.side_moves]
+                        for (_s, d), v in zip(st.side_moves, new):
+                            lv[d] = v
+                except BaseException as e:  # noqa: BLE001 - raised by the first stage
+                    self.error = e
+                finally:
+                    self.room.release()
+
+    def finish(self):
+        """Wait for every handed iteration; the stage's slots, or its error raised."""
+        self.items.put(None)
+        self.future.result()
+        if self.error is not None:
+            raise self.error
+        return self.lv
+
+    def stop(self):
+        """The first stage failed: let the worker drain and wait for it (nothing may touch
+        the step's values after the loop returns)."""
+        self.error = self.error or errors.CancelledError("the loop's first stage stopped")
+        self.items.put(None)
+        self.future.result()
 
 
 def _wrong_count(n, res):
@@ -477,7 +635,11 @@ def _compile_frame(f, members, in_f, edges, device, to_host):
                    else next(m for m in merges if merge_enter[m] is e).outs[0] for e in enters]
     exit_srcs = [slot(data_in[x][0][0].ins[0]) for x in exits]
     pre = [step for e in enters for step in e.pre]
-    loop = CompiledLoop(f, enter_slots, inits, steps, exit_srcs, slot_node, device, to_host)
+    pairs = [(slot(merge_next[m].ins[0]), m.outs[0]) for m in merges]
+    # (host memory only: a device's kernels, e.g. OpenCL's, need not be callable from two threads)
+    stages = _plan_stages(members, in_f, skip, body, data_in, ctrl_in, steps, slot_node, pairs, exit_srcs,
+                          slot) if device.host_tensors else None
+    loop = CompiledLoop(f, enter_slots, inits, steps, exit_srcs, slot_node, device, to_host, stages)
     return loop, enters, exits, pre
 
 
@@ -514,3 +676,208 @@ def _encode(n, steps, slot_node, slot):
         steps.append((n.fn, tuple(slot(i) for i in n.ins), int(n.track), K_MULTI, -1, n))
     else:
         steps.append((n.fn, tuple(slot(i) for i in n.ins), 0, K_GENERIC, -1, n))
+
+
+# ----------------------------------------------------------------------------------------
+# Two-stage loops
+# ----------------------------------------------------------------------------------------
+# An iteration's nodes split in two stages where nothing of the first depends on the second,
+# in this iteration or through a loop variable in the next: a 2-layer LSTM's first layer
+# (and the time counter, the input read) and its second layer (and the output write). The
+# second stage of iteration t then runs on a stage worker while this thread runs the first
+# stage of iteration t+1: TF gets the same overlap from running iterations in parallel. Both
+# stages must be worth a hand-over (STAGE_MIN_FLOPS each, runtime/step.py's estimate).
+STAGE_MIN_FLOPS = 2e6
+# Stateful nodes the second stage may hold: their resource (a stack, a TensorArray) is one
+# no node of the first stage touches, so each is used by one thread, in iteration order.
+_STAGE_STATEFUL = {"StackPushV2", "StackPopV2", "TensorArrayReadV3", "TensorArrayWriteV3", "TensorArrayGatherV3",
+                   "TensorArrayScatterV3", "TensorArrayGradV3"}
+
+
+class _Stages:
+    """A loop's two stages: the first's steps (the predicate's included) and the loop
+    variables it moves; the second's steps and variables; the slots the first hands the
+    second each iteration; the Exit slots the second holds at the end."""
+
+    __slots__ = ("main_steps", "main_moves", "side_steps", "side_moves", "handed", "side_exits", "side_nodes")
+
+    def __init__(self, main_steps, main_moves, side_steps, side_moves, handed, side_exits, side_nodes):
+        self.main_steps, self.main_moves = main_steps, main_moves
+        self.side_steps, self.side_moves = side_steps, side_moves
+        self.handed, self.side_exits, self.side_nodes = handed, side_exits, side_nodes
+
+
+def _plan_stages(members, in_f, skip, body, data_in, ctrl_in, steps, slot_node, pairs, exit_srcs, slot):
+    """The loop's two stages (``_Stages``), or None where no split is worth it or safe."""
+    if any(st[3] in (K_GENERIC, K_LOOP) for st in steps):
+        return None
+    real = [n for n in members if n not in skip]
+    preds = {n: _real_preds(n, in_f, skip, data_in, ctrl_in) for n in real}
+    comp = _components(real, preds)
+    cost: dict = {}
+    for n in real:
+        cost[comp[n]] = cost.get(comp[n], 0.0) + min(estimate_flops(n.op), 1e12)
+    cpreds: dict = {c: set() for c in cost}
+    for n in real:
+        cpreds[comp[n]].update(comp[p] for p in preds[n] if comp[p] != comp[n])
+    # The first stage holds the predicate's side of the iteration, nodes that read variables
+    # or are stateful in other ways, and everything they depend on.
+    pinned = {comp[n] for n in real if n not in body or n.pre or (
+        n.op.op_def.stateful and n.op.type not in _STAGE_STATEFUL)}
+    first = set()
+    stack = list(pinned)
+    while stack:
+        c = stack.pop()
+        if c not in first:
+            first.add(c)
+            stack.extend(cpreds[c])
+    # The rest in a topological order; the split that best balances the two stages' costs.
+    order = _topological([c for c in _in_order(real, comp) if c not in first], cpreds)
+    total = sum(cost.values())
+    head = sum(cost[c] for c in first)
+    best, best_k = max(head, total - head), 0
+    for k, c in enumerate(order, 1):
+        head += cost[c]
+        if max(head, total - head) < best:
+            best, best_k = max(head, total - head), k
+    second = set(order[best_k:])
+    side_nodes = {n for n in real if comp[n] in second}
+    side_cost = sum(cost[c] for c in second)
+    if not side_nodes or side_cost < STAGE_MIN_FLOPS or total - side_cost < STAGE_MIN_FLOPS:
+        return None
+    handles = {slot(n.ins[0]) for n in real if n not in side_nodes and n.op.op_def.stateful and n.ins}
+    if any(n.op.op_def.stateful and slot(n.ins[0]) in handles for n in side_nodes):
+        return None  # a resource both stages would use
+    owner = {}
+    for st in steps:
+        n = st[5] if st[3] == K_MULTI else slot_node.get(st[4])
+        owner[id(st)] = n
+    main_steps = [st for st in steps if st[3] not in (K_MOVE, K_NEXT) and owner[id(st)] not in side_nodes]
+    side_steps = [st for st in steps if st[3] not in (K_MOVE, K_NEXT) and owner[id(st)] in side_nodes]
+    # A loop variable is the second stage's when its next value is: written by a second-stage
+    # node, or another such variable passed on unchanged (``(a, b) -> (b, a + b)``).
+    side_written = {o for st in side_steps for o in _writes(st)}
+    pairs = [(a, d) for a, d in pairs if a != d]
+    grew = True
+    while grew:
+        grew = False
+        for a, d in pairs:
+            if a in side_written and d not in side_written:
+                side_written.add(d)
+                grew = True
+    side_moves = tuple((a, d) for a, d in pairs if a in side_written)
+    main_moves = tuple((a, d) for a, d in pairs if a not in side_written)
+    main_written = {o for st in main_steps for o in _writes(st)} | {d for _a, d in main_moves}
+    if any(i in side_written for st in main_steps for i in _reads(st)) or side_written & main_written:
+        return None  # the first stage would read the second's values (a safety net: not expected)
+    handed = tuple(sorted({i for st in side_steps for i in _reads(st)} & main_written))
+    side_exits = tuple(s for s in exit_srcs if s in side_written)
+    return _Stages(main_steps, main_moves, side_steps, side_moves, handed, side_exits, side_nodes)
+
+
+def _real_preds(n, in_f, skip, data_in, ctrl_in) -> set:
+    """The loop's nodes with steps that ``n`` waits for, in its iteration or, through a loop
+    variable, in the one before: its inputs, seen through the nodes without steps (Merge,
+    Switch, NextIteration, Identity aliases, Enter, constants)."""
+    out, seen = set(), set()
+    stack = [p for p, _k, _pos in data_in[n] + ctrl_in[n]]
+    while stack:
+        p = stack.pop()
+        if p in seen or p not in in_f:
+            continue
+        seen.add(p)
+        if p in skip:
+            stack.extend(q for q, _k, _pos in data_in[p] + ctrl_in[p])
+        else:
+            out.add(p)
+    return out
+
+
+def _components(nodes, preds) -> dict:
+    """Strongly connected components (loop variables make cycles): node -> component id."""
+    index, low, comp, on, stack, counter = {}, {}, {}, set(), [], [0]
+    for root in nodes:
+        if root in index:
+            continue
+        work = [(root, iter(preds[root]))]
+        index[root] = low[root] = counter[0]
+        counter[0] += 1
+        stack.append(root)
+        on.add(root)
+        while work:
+            n, it = work[-1]
+            advanced = False
+            for p in it:
+                if p not in index:
+                    index[p] = low[p] = counter[0]
+                    counter[0] += 1
+                    stack.append(p)
+                    on.add(p)
+                    work.append((p, iter(preds[p])))
+                    advanced = True
+                    break
+                if p in on:
+                    low[n] = min(low[n], index[p])
+            if advanced:
+                continue
+            work.pop()
+            if work:
+                low[work[-1][0]] = min(low[work[-1][0]], low[n])
+            if low[n] == index[n]:
+                while True:
+                    m = stack.pop()
+                    on.discard(m)
+                    comp[m] = index[n]
+                    if m is n:
+                        break
+    return comp
+
+
+def _in_order(nodes, comp) -> list:
+    """Components in the order of their first node."""
+    seen, out = set(), []
+    for n in nodes:
+        if comp[n] not in seen:
+            seen.add(comp[n])
+            out.append(comp[n])
+    return out
+
+
+def _topological(comps, cpreds) -> list:
+    """``comps`` in an order where each comes after its predecessors among them, ties in the
+    given order."""
+    rank = {c: i for i, c in enumerate(comps)}
+    left = {c: len(cpreds[c] & rank.keys()) for c in comps}
+    succ: dict = {c: [] for c in comps}
+    for c in comps:
+        for p in cpreds[c]:
+            if p in rank:
+                succ[p].append(c)
+    ready = [rank[c] for c in comps if left[c] == 0]
+    heapq.heapify(ready)
+    out = []
+    while ready:
+        c = comps[heapq.heappop(ready)]
+        out.append(c)
+        for d in succ[c]:
+            left[d] -= 1
+            if left[d] == 0:
+                heapq.heappush(ready, rank[d])
+    return out
+
+
+def _reads(st) -> tuple:
+    kind = st[3]
+    if kind == K_BINARY:
+        return (st[1], st[2])
+    if kind in (K_UNARY, K_PRED):
+        return (st[1],)
+    if kind in (K_NARY, K_CTX, K_MULTI):
+        return tuple(st[1])
+    return ()
+
+
+def _writes(st) -> tuple:
+    if st[3] == K_MULTI:
+        return tuple(st[5].outs)
+    return (st[4],) if st[4] >= 0 else ()

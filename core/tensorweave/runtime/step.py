@@ -13,6 +13,7 @@ control flow in ``frames.py``) and the kernels they run share.
   first error, failure handling that cancels the step and aborts its rendezvous.
 - ``enter_loop``/``leave_loop``: which executor loop the current thread runs, so an async
   completion joins that loop's queue instead of recursing into another one.
+- ``estimate_flops``: a node's cost as both executors' scheduling decisions read it.
 """
 
 from __future__ import annotations
@@ -32,6 +33,30 @@ from tensorweave.runtime.config import (
     TransferStats,
 )
 from tensorweave.runtime.rendezvous import make_key
+
+
+def estimate_flops(op) -> float:
+    """A node's cost for scheduling decisions: 2 * m * n * k for products and convolutions
+    (fused ones included; unknown shapes: infinite), else its input and output elements."""
+    shapes = [t.shape for t in op.inputs]
+    if op.type in _PRODUCTS:
+        if all(s.is_fully_defined() for s in shapes) and op.outputs and op.outputs[0].shape.is_fully_defined():
+            if op.type in ("Conv2D", "_FusedConv2D"):  # each output element: kh * kw * in_channels multiply-adds
+                f = shapes[1].as_list()
+                k = f[0] * f[1] * f[2]
+            else:
+                k = shapes[0].as_list()[-1] if shapes[0].ndims else 1
+            return 2.0 * op.outputs[0].shape.num_elements() * k
+        return float("inf")
+    n = 0
+    for t in list(op.inputs) + list(op.outputs):
+        e = t.shape.num_elements()
+        n += e if e is not None else 1e6
+    return float(n)
+
+
+_PRODUCTS = ("MatMul", "_FusedMatMul", "BatchMatMul", "Conv2D", "_FusedConv2D", "MatrixInverse", "MatrixDeterminant")
+
 
 # Step kinds of the flat schedule. NULLARY/UNARY/BINARY steps call their kernel directly with
 # 0, 1 or 2 input slots (their value is the number of inputs); GENERIC steps go through
