@@ -190,22 +190,36 @@ def test_closing_the_session_stops_an_endless_compiled_loop():
     with g.as_default():
         _, y = tw.while_loop(lambda i, v: i >= 0, lambda i, v: (i * 0 + 1, v + 1.0), [0, 0.0])
     sess = tw.Session(graph=g)
+
+    def running():
+        deadline = time.monotonic() + 30
+        while not sess._active_steps and time.monotonic() < deadline:
+            time.sleep(0.001)  # polls for the step to be running, with a deadline
+        return bool(sess._active_steps)
+    caught = _close_while_it_runs(sess, y, running)
+    assert isinstance(caught, errors.CancelledError | errors.FailedPreconditionError), caught
+
+
+def _close_while_it_runs(sess, fetch, running):
+    """Run ``fetch`` on a thread, close ``sess`` once ``running()`` says the step runs; the
+    error the run raised (it must end, and raise)."""
     caught = []
 
     def run():
         try:
-            sess.run(y)
+            sess.run(fetch)
         except errors.OpError as e:
             caught.append(e)
     t = threading.Thread(target=run)
     t.start()
-    deadline = time.monotonic() + 30
-    while not sess._active_steps and t.is_alive() and time.monotonic() < deadline:
-        time.sleep(0.001)  # polls for the step to be running, with a deadline
-    sess.close()
-    t.join(timeout=30)
+    try:
+        assert running(), "the step did not start"
+    finally:
+        sess.close()
+        t.join(timeout=30)
     assert not t.is_alive(), "the loop kept running after Session.close()"
-    assert caught and isinstance(caught[0], errors.CancelledError | errors.FailedPreconditionError), caught
+    assert caught, "the run ended without an error"
+    return caught[0]
 
 
 def test_a_dead_loop_in_an_untaken_branch_does_not_run():
@@ -282,7 +296,7 @@ def test_a_loop_in_two_stages_gives_the_one_stage_values_bit_for_bit(monkeypatch
     x0 = np.random.default_rng(0).uniform(-1, 1, (4, 3)).astype(np.float32)
     results, staged = [], []
     for min_flops in (float("inf"), 0.0):
-        monkeypatch.setattr(loops, "STAGE_MIN_FLOPS", min_flops)
+        monkeypatch.setattr(loops, "STAGE_MIN_US", min_flops)
         g = tw.Graph()
         with g.as_default():
             x, fetches = _two_layers()
@@ -303,7 +317,7 @@ def test_a_loop_in_two_stages_gives_the_one_stage_values_bit_for_bit(monkeypatch
 
 
 def test_a_second_stage_error_names_its_node_and_the_session_goes_on(monkeypatch):
-    monkeypatch.setattr(loops, "STAGE_MIN_FLOPS", 0.0)
+    monkeypatch.setattr(loops, "STAGE_MIN_US", 0.0)
     g = tw.Graph()
     with g.as_default():
         table = tw.constant(np.arange(12, dtype=np.float32).reshape(4, 3))
@@ -328,29 +342,18 @@ def test_a_second_stage_error_names_its_node_and_the_session_goes_on(monkeypatch
 
 
 def test_closing_the_session_stops_an_endless_loop_in_two_stages(monkeypatch):
-    monkeypatch.setattr(loops, "STAGE_MIN_FLOPS", 0.0)
+    monkeypatch.setattr(loops, "STAGE_MIN_US", 0.0)
     g = tw.Graph()
     with g.as_default():
         _, _, y = tw.while_loop(lambda i, a, b: i >= 0, lambda i, a, b: (i * 0 + 1, a + 1.0, b + a * 2.0),
                                 [0, 0.0, 0.0])
     sess = tw.Session(graph=g)
-    caught, handing_over = [], threading.Event()
+    handing_over = threading.Event()
     put = loops._SideStage.put
 
     def counted_put(self, *args):
         handing_over.set()
         return put(self, *args)
     monkeypatch.setattr(loops._SideStage, "put", counted_put)
-
-    def run():
-        try:
-            sess.run(y)
-        except errors.OpError as e:
-            caught.append(e)
-    t = threading.Thread(target=run)
-    t.start()
-    assert handing_over.wait(30), "the loop did not run in two stages"
-    sess.close()
-    t.join(30)
-    assert not t.is_alive(), "the loop kept running after Session.close()"
-    assert caught and isinstance(caught[0], errors.CancelledError), caught
+    caught = _close_while_it_runs(sess, y, lambda: handing_over.wait(30))  # in its two stages
+    assert isinstance(caught, errors.CancelledError), caught

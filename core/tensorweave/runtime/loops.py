@@ -48,6 +48,7 @@ from tensorweave.runtime.step import (
     K_GENERIC,
     K_NULLARY,
     K_UNARY,
+    PRODUCTS,
     SMALL_BYTES,
     estimate_flops,
     wrap_kernel_error,
@@ -140,57 +141,7 @@ class CompiledLoop:
                 lv[s] = None
 
     def _iterate(self, state, lv):
-        steps, truth, step, track = self.steps, self.truth, state.step, state.part.allocator.track
-        i, out, x = 0, -1, None
-        try:
-            while True:
-                # (the kinds tested in the order of how often a small loop's steps are of them)
-                for fn, a, b, kind, out, x in steps:
-                    if kind == K_BINARY:
-                        lv[out] = fn(lv[a], lv[b])
-                    elif kind == K_UNARY:
-                        lv[out] = fn(lv[a])
-                    elif kind == K_PRED:
-                        if not (lv[a] if truth is None else truth(lv[a])):
-                            break
-                    elif kind == K_MOVE:
-                        for s, d in x:
-                            lv[d] = lv[s]
-                    elif kind == K_NULLARY:
-                        lv[out] = fn()
-                    elif kind == K_NARY:
-                        v = lv[out] = fn(*[lv[i] for i in a])
-                        if b and getattr(v, "nbytes", 0) >= SMALL_BYTES:
-                            track(v)
-                    elif kind == K_CTX:
-                        v = lv[out] = fn(step, *[lv[i] for i in a])
-                        if b and getattr(v, "nbytes", 0) >= SMALL_BYTES:
-                            track(v)
-                    elif kind == K_NEXT:
-                        srcs, dsts = x
-                        new = [lv[s] for s in srcs]
-                        for d, v in zip(dsts, new):
-                            lv[d] = v
-                    elif kind == K_MULTI:
-                        res = fn(step, *[lv[i] for i in a]) if x.kd.takes_context else fn(*[lv[i] for i in a])
-                        if len(res) != len(x.outs):
-                            _wrong_count(x, res)
-                        for s, v in zip(x.outs, res):
-                            lv[s] = v
-                            if b and getattr(v, "nbytes", 0) >= SMALL_BYTES:
-                                track(v)
-                    else:
-                        _run_node(state, x, a, kind, lv)
-                else:
-                    i += 1
-                    if not i % _CHECK_EVERY:
-                        self._check(state, i)
-                    continue
-                return
-        except (errors.CancelledError, errors.DeadlineExceededError):
-            raise
-        except Exception as e:  # noqa: BLE001 - named after the node that raised
-            raise self._error(e, out, x) from (None if isinstance(e, errors.OpError) else e)
+        _run_steps(self.steps, lv, state, self.truth, state.part.allocator.track, self, repeat=True)
 
     def _iterate_traced(self, state, lv):
         """``_iterate``, one step at a time, recording every node with its frame and iteration."""
@@ -242,10 +193,10 @@ class CompiledLoop:
         the slots, from the values this thread hands it."""
         st = self.stages
         side = _SideStage(self, state, list(lv))
-        truth, step, track = self.truth, state.step, state.part.allocator.track
+        truth, track = self.truth, state.part.allocator.track
         i = 0
         try:
-            while _run_steps(st.main_steps, lv, step, truth, track, self):
+            while _run_steps(st.main_steps, lv, state, truth, track, self):
                 side.put(tuple(lv[s] for s in st.handed), state, i)
                 new = [lv[s] for s, _d in st.main_moves]  # read all first: variables may swap
                 for (_s, d), v in zip(st.main_moves, new):
@@ -273,39 +224,60 @@ class CompiledLoop:
         return wrap_kernel_error(e, node.op if node is not None else None, self.device)
 
 
-def _run_steps(steps, lv, step, truth, track, loop) -> bool:
-    """One pass over ``steps`` (a stage of a pipelined loop's iteration, its kinds as in
-    ``CompiledLoop._iterate``); False when its predicate is false. Errors are named after
+def _run_steps(steps, lv, state, truth, track, loop, repeat=False) -> bool:
+    """One pass over ``steps`` (a stage of an iteration), or with ``repeat`` passes until the
+    predicate is false (the whole loop; the step's cancellation and deadline looked at every
+    _CHECK_EVERY iterations). False when the predicate was false. Errors are named after
     the node that raised."""
-    out, x = -1, None
+    step, out, x, i = state.step, -1, None, 0
     try:
-        for fn, a, b, kind, out, x in steps:
-            if kind == K_BINARY:
-                lv[out] = fn(lv[a], lv[b])
-            elif kind == K_UNARY:
-                lv[out] = fn(lv[a])
-            elif kind == K_PRED:
-                if not (lv[a] if truth is None else truth(lv[a])):
-                    return False
-            elif kind == K_NULLARY:
-                lv[out] = fn()
-            elif kind in (K_NARY, K_CTX):
-                v = lv[out] = fn(*[lv[i] for i in a]) if kind == K_NARY else fn(step, *[lv[i] for i in a])
-                if b and getattr(v, "nbytes", 0) >= SMALL_BYTES:
-                    track(v)
-            else:  # K_MULTI: the planner puts no other kind in a stage
-                res = fn(step, *[lv[i] for i in a]) if x.kd.takes_context else fn(*[lv[i] for i in a])
-                if len(res) != len(x.outs):
-                    _wrong_count(x, res)
-                for s, v in zip(x.outs, res):
-                    lv[s] = v
+        while True:
+            # (the kinds tested in the order of how often a small loop's steps are of them)
+            for fn, a, b, kind, out, x in steps:
+                if kind == K_BINARY:
+                    lv[out] = fn(lv[a], lv[b])
+                elif kind == K_UNARY:
+                    lv[out] = fn(lv[a])
+                elif kind == K_PRED:
+                    if not (lv[a] if truth is None else truth(lv[a])):
+                        return False
+                elif kind == K_MOVE:
+                    for s, d in x:
+                        lv[d] = lv[s]
+                elif kind == K_NULLARY:
+                    lv[out] = fn()
+                elif kind == K_NARY:
+                    v = lv[out] = fn(*[lv[i] for i in a])
                     if b and getattr(v, "nbytes", 0) >= SMALL_BYTES:
                         track(v)
+                elif kind == K_CTX:
+                    v = lv[out] = fn(step, *[lv[i] for i in a])
+                    if b and getattr(v, "nbytes", 0) >= SMALL_BYTES:
+                        track(v)
+                elif kind == K_NEXT:
+                    srcs, dsts = x
+                    new = [lv[s] for s in srcs]
+                    for d, v in zip(dsts, new):
+                        lv[d] = v
+                elif kind == K_MULTI:
+                    res = fn(step, *[lv[i] for i in a]) if x.kd.takes_context else fn(*[lv[i] for i in a])
+                    if len(res) != len(x.outs):
+                        _wrong_count(x, res)
+                    for s, v in zip(x.outs, res):
+                        lv[s] = v
+                        if b and getattr(v, "nbytes", 0) >= SMALL_BYTES:
+                            track(v)
+                else:
+                    _run_node(state, x, a, kind, lv)
+            if not repeat:
+                return True
+            i += 1
+            if not i % _CHECK_EVERY:
+                loop._check(state, i)
     except (errors.CancelledError, errors.DeadlineExceededError):
         raise
     except Exception as e:  # noqa: BLE001 - named after the node that raised
         raise loop._error(e, out, x) from (None if isinstance(e, errors.OpError) else e)
-    return True
 
 
 # How many iterations the first stage may run ahead of the second: their handed values stay
@@ -338,7 +310,7 @@ class _SideStage:
         self.items: queue.SimpleQueue = queue.SimpleQueue()
         self.room = threading.Semaphore(_AHEAD)
         self.error: BaseException | None = None
-        self.future = _stage_workers().submit(self._run, state.step, state.part.allocator.track)
+        self.future = _stage_workers().submit(self._run, state)
 
     def put(self, values, state, i):
         """Hand iteration ``i``'s values over; waits while the stage is _AHEAD behind."""
@@ -350,8 +322,8 @@ class _SideStage:
             raise self.error
         self.items.put(values)
 
-    def _run(self, step, track):
-        st, lv, loop = self.loop.stages, self.lv, self.loop
+    def _run(self, state):
+        st, lv, loop, track = self.loop.stages, self.lv, self.loop, state.part.allocator.track
         with np.errstate(all="ignore"):  # per thread: as the executors run kernels
             while True:
                 values = self.items.get()
@@ -361,7 +333,7 @@ class _SideStage:
                     if self.error is None:
                         for s, v in zip(st.handed, values):
                             lv[s] = v
-                        _run_steps(st.side_steps, lv, step, None, track, loop)
+                        _run_steps(st.side_steps, lv, state, None, track, loop)
                         new = [lv[s] for s, _d in st.side_moves]
                         for (_s, d), v in zip(st.side_moves, new):
                             lv[d] = v
@@ -475,19 +447,23 @@ def collapse_loops(nodes, edges, recv_frames, keep_general, device, to_host):
 def _toposort(nodes, edges):
     """``nodes`` in a topological order of ``edges`` (loop back edges left out), ties in the
     given order."""
-    index = {n: i for i, n in enumerate(nodes)}
-    succ: dict = {n: [] for n in nodes}
-    npred = dict.fromkeys(nodes, 0)
-    for p, _k, c, _pos in edges:
-        if c.op.type == _MERGE and p.op.type == _NEXT:
-            continue
+    return _kahn(nodes, [(p, c) for p, _k, c, _pos in edges if not (c.op.type == _MERGE and p.op.type == _NEXT)])
+
+
+def _kahn(items, pairs) -> list:
+    """``items`` in an order where each comes after those ``(before, after)`` pairs put
+    before it, ties in the given order."""
+    index = {n: i for i, n in enumerate(items)}
+    succ: dict = {n: [] for n in items}
+    npred = dict.fromkeys(items, 0)
+    for p, c in pairs:
         succ[p].append(c)
         npred[c] += 1
-    ready = [index[n] for n in nodes if npred[n] == 0]
+    ready = [index[n] for n in items if npred[n] == 0]
     heapq.heapify(ready)
     order = []
     while ready:
-        n = nodes[heapq.heappop(ready)]
+        n = items[heapq.heappop(ready)]
         order.append(n)
         for c in succ[n]:
             npred[c] -= 1
@@ -686,8 +662,9 @@ def _encode(n, steps, slot_node, slot):
 # (and the time counter, the input read) and its second layer (and the output write). The
 # second stage of iteration t then runs on a stage worker while this thread runs the first
 # stage of iteration t+1: TF gets the same overlap from running iterations in parallel. Both
-# stages must be worth a hand-over (STAGE_MIN_FLOPS each, runtime/step.py's estimate).
-STAGE_MIN_FLOPS = 2e6
+# stages must be worth a hand-over, which costs about 10-20 us: STAGE_MIN_US each, by
+# ``_stage_cost``.
+STAGE_MIN_US = 50.0
 # Stateful nodes the second stage may hold: their resource (a stack, a TensorArray) is one
 # no node of the first stage touches, so each is used by one thread, in iteration order.
 _STAGE_STATEFUL = {"StackPushV2", "StackPopV2", "TensorArrayReadV3", "TensorArrayWriteV3", "TensorArrayGatherV3",
@@ -716,7 +693,7 @@ def _plan_stages(members, in_f, skip, body, data_in, ctrl_in, steps, slot_node, 
     comp = _components(real, preds)
     cost: dict = {}
     for n in real:
-        cost[comp[n]] = cost.get(comp[n], 0.0) + min(estimate_flops(n.op), 1e12)
+        cost[comp[n]] = cost.get(comp[n], 0.0) + _stage_cost(n.op)
     cpreds: dict = {c: set() for c in cost}
     for n in real:
         cpreds[comp[n]].update(comp[p] for p in preds[n] if comp[p] != comp[n])
@@ -731,19 +708,21 @@ def _plan_stages(members, in_f, skip, body, data_in, ctrl_in, steps, slot_node, 
         if c not in first:
             first.add(c)
             stack.extend(cpreds[c])
-    # The rest in a topological order; the split that best balances the two stages' costs.
-    order = _topological([c for c in _in_order(real, comp) if c not in first], cpreds)
+    # The rest, in a topological order, to the first stage while that brings the two stages'
+    # costs closer, unless something it depends on went to the second already.
     total = sum(cost.values())
     head = sum(cost[c] for c in first)
-    best, best_k = max(head, total - head), 0
-    for k, c in enumerate(order, 1):
-        head += cost[c]
-        if max(head, total - head) < best:
-            best, best_k = max(head, total - head), k
-    second = set(order[best_k:])
+    second: set = set()
+    rest = [c for c in _in_order(real, comp) if c not in first]
+    for c in _kahn(rest, [(p, r) for r in rest for p in cpreds[r] if p not in first]):
+        if not cpreds[c] & second and head + cost[c] / 2 <= total / 2:
+            first.add(c)
+            head += cost[c]
+        else:
+            second.add(c)
     side_nodes = {n for n in real if comp[n] in second}
     side_cost = sum(cost[c] for c in second)
-    if not side_nodes or side_cost < STAGE_MIN_FLOPS or total - side_cost < STAGE_MIN_FLOPS:
+    if not side_nodes or side_cost < STAGE_MIN_US or total - side_cost < STAGE_MIN_US:
         return None
     handles = {slot(n.ins[0]) for n in real if n not in side_nodes and n.op.op_def.stateful and n.ins}
     if any(n.op.op_def.stateful and slot(n.ins[0]) in handles for n in side_nodes):
@@ -773,6 +752,15 @@ def _plan_stages(members, in_f, skip, body, data_in, ctrl_in, steps, slot_node, 
     handed = tuple(sorted({i for st in side_steps for i in _reads(st)} & main_written))
     side_exits = tuple(s for s in exit_srcs if s in side_written)
     return _Stages(main_steps, main_moves, side_steps, side_moves, handed, side_exits, side_nodes)
+
+
+def _stage_cost(op) -> float:
+    """A node's time in microseconds for balancing stages, as measured on this project's
+    machines (one core): about 3 us of dispatch and Python per kernel, products at about
+    90 GFLOP/s, other kernels 0.15 ns per element read or written (an LSTM step's [32, 800]
+    gate gradients 10-14 us, a [400, 800] gradient accumulation 146 us)."""
+    f = min(estimate_flops(op), 1e12)  # unknown shapes: large, whatever the stage
+    return 3.0 + (f / 9e4 if op.type in PRODUCTS else f * 1.5e-4)
 
 
 def _real_preds(n, in_f, skip, data_in, ctrl_in) -> set:
@@ -840,29 +828,6 @@ def _in_order(nodes, comp) -> list:
         if comp[n] not in seen:
             seen.add(comp[n])
             out.append(comp[n])
-    return out
-
-
-def _topological(comps, cpreds) -> list:
-    """``comps`` in an order where each comes after its predecessors among them, ties in the
-    given order."""
-    rank = {c: i for i, c in enumerate(comps)}
-    left = {c: len(cpreds[c] & rank.keys()) for c in comps}
-    succ: dict = {c: [] for c in comps}
-    for c in comps:
-        for p in cpreds[c]:
-            if p in rank:
-                succ[p].append(c)
-    ready = [rank[c] for c in comps if left[c] == 0]
-    heapq.heapify(ready)
-    out = []
-    while ready:
-        c = comps[heapq.heappop(ready)]
-        out.append(c)
-        for d in succ[c]:
-            left[d] -= 1
-            if left[d] == 0:
-                heapq.heappush(ready, rank[d])
     return out
 
 

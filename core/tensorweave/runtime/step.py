@@ -39,7 +39,7 @@ def estimate_flops(op) -> float:
     """A node's cost for scheduling decisions: 2 * m * n * k for products and convolutions
     (fused ones included; unknown shapes: infinite), else its input and output elements."""
     shapes = [t.shape for t in op.inputs]
-    if op.type in _PRODUCTS:
+    if op.type in PRODUCTS:
         if all(s.is_fully_defined() for s in shapes) and op.outputs and op.outputs[0].shape.is_fully_defined():
             if op.type in ("Conv2D", "_FusedConv2D"):  # each output element: kh * kw * in_channels multiply-adds
                 f = shapes[1].as_list()
@@ -55,7 +55,7 @@ def estimate_flops(op) -> float:
     return float(n)
 
 
-_PRODUCTS = ("MatMul", "_FusedMatMul", "BatchMatMul", "Conv2D", "_FusedConv2D", "MatrixInverse", "MatrixDeterminant")
+PRODUCTS = ("MatMul", "_FusedMatMul", "BatchMatMul", "Conv2D", "_FusedConv2D", "MatrixInverse", "MatrixDeterminant")
 
 
 # Step kinds of the flat schedule. NULLARY/UNARY/BINARY steps call their kernel directly with
