@@ -357,3 +357,26 @@ def test_closing_the_session_stops_an_endless_loop_in_two_stages(monkeypatch):
     monkeypatch.setattr(loops._SideStage, "put", counted_put)
     caught = _close_while_it_runs(sess, y, lambda: handing_over.wait(30))  # in its two stages
     assert isinstance(caught, errors.CancelledError), caught
+
+
+def test_gradient_sums_over_iterations_add_in_place_from_the_second_iteration():
+    """The backward loop's sums of the weights' gradients are K_ACC steps: the first
+    iteration adds into a new array (the initial zeros may be shared), later ones into that
+    array. Step after step the values stay the general path's, bit for bit."""
+    x0 = np.random.default_rng(0).uniform(-1, 1, (4, 3)).astype(np.float32)
+    results = []
+    for config in (GENERAL, None):
+        g = tw.Graph()
+        with g.as_default():
+            x, fetches = _two_layers()
+            init = tw.global_variables_initializer()
+        with tw.Session(graph=g, config=config) as sess:
+            sess.run(init)
+            results.append([sess.run(fetches, {x: x0}) for _ in range(3)])
+            compiled, _ = _loop_facts(sess)
+    backward = next(n for n in compiled if n.op.name.startswith("gradients"))
+    accumulations = [s for s in backward.loop.steps if s[3] == loops.K_ACC]
+    assert len(accumulations) >= 2, [s[5].op.name for s in backward.loop.steps if s[5] is not None]
+    for general, compiled_run in zip(*results):
+        for u, v in zip(general, compiled_run):
+            np.testing.assert_array_equal(u, v)

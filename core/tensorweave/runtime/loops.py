@@ -64,6 +64,9 @@ LOOP_OP_TYPE = "_FastLoop"
 K_PRED, K_NEXT, K_LOOP = 11, 12, 13
 # The NextIteration hand-over as plain copies, (source, destination) slot pairs in ``x``.
 K_MOVE = 17
+# A loop variable's accumulation ``acc = acc + g`` on the host (``_accumulate_in_place``): from
+# its second iteration the sum is written into the array the node made the iteration before.
+K_ACC = 18
 # Kernels with any number of inputs (their slots in the step's ``a``; ``b`` is 1 when their
 # outputs may be big enough for the allocator to track): one output, without and with the
 # step's context, or several outputs (the node in ``x``). Called directly, not through
@@ -167,7 +170,7 @@ class CompiledLoop:
                     continue
                 t0 = clock()
                 try:
-                    if kind == K_BINARY:
+                    if kind in (K_BINARY, K_ACC):  # (an accumulation traced: the kernel)
                         lv[out] = fn(lv[a], lv[b])
                     elif kind == K_UNARY:
                         lv[out] = fn(lv[a])
@@ -244,6 +247,13 @@ def _run_steps(steps, lv, state, truth, track, loop, repeat=False) -> bool:
                 elif kind == K_MOVE:
                     for s, d in x:
                         lv[d] = lv[s]
+                elif kind == K_ACC:
+                    acc, g = lv[a], lv[b]
+                    if lv[out] is acc and type(acc) is np.ndarray and type(g) is np.ndarray \
+                            and g.shape == acc.shape and g.dtype == acc.dtype:
+                        np.add(acc, g, out=acc)  # this step's own array of the iteration before
+                    else:
+                        lv[out] = fn(acc, g)
                 elif kind == K_NULLARY:
                     lv[out] = fn()
                 elif kind == K_NARY:
@@ -612,6 +622,8 @@ def _compile_frame(f, members, in_f, edges, device, to_host):
     exit_srcs = [slot(data_in[x][0][0].ins[0]) for x in exits]
     pre = [step for e in enters for step in e.pre]
     pairs = [(slot(merge_next[m].ins[0]), m.outs[0]) for m in merges]
+    if device.host_tensors:
+        steps = _accumulate_in_place(steps, pairs)
     # (host memory only: a device's kernels, e.g. OpenCL's, need not be callable from two threads)
     stages = _plan_stages(members, in_f, skip, body, data_in, ctrl_in, steps, slot_node, pairs, exit_srcs,
                           slot) if device.host_tensors else None
@@ -631,6 +643,31 @@ def _next_iteration(srcs, dsts):
             pairs.append((s, d))
             written.add(d)
     return (None, 0, 0, K_MOVE, -1, tuple(pairs))
+
+
+def _accumulate_in_place(steps, pairs) -> list:
+    """``steps`` with each accumulation of a loop variable (an Add whose first input is the
+    variable and whose output is its next value, neither read by anything else: a gradient
+    loop's sums over iterations) as a K_ACC step. Its first iteration adds as the kernel
+    does, into a new array (the variable's initial value may be shared); later ones add into
+    the array that step made the iteration before, which nothing else holds: an LSTM
+    gradient's [400, 800] sum 232 -> 111 us, the same bits."""
+    readers: dict = {}
+    for st in steps:
+        for i in _reads(st):
+            readers[i] = readers.get(i, 0) + 1
+    for src, _dst in pairs:
+        readers[src] = readers.get(src, 0) + 1
+    # (an Exit reads the variable once the loop is over: no later iteration writes into it)
+    var_of = {src: dst for src, dst in pairs}
+    out = []
+    for st in steps:
+        fn, a, b, kind, o, x = st
+        if kind == K_BINARY and x is not None and x.op.type in ("Add", "AddV2") and var_of.get(o) == a != b \
+                and readers.get(a) == 1 and readers.get(o) == 1 and x.op.outputs[0].dtype.is_floating:
+            st = (fn, a, b, K_ACC, o, x)
+        out.append(st)
+    return out
 
 
 def _encode(n, steps, slot_node, slot):
@@ -833,7 +870,7 @@ def _in_order(nodes, comp) -> list:
 
 def _reads(st) -> tuple:
     kind = st[3]
-    if kind == K_BINARY:
+    if kind in (K_BINARY, K_ACC):
         return (st[1], st[2])
     if kind in (K_UNARY, K_PRED):
         return (st[1],)
