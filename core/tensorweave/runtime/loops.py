@@ -293,6 +293,9 @@ def _run_steps(steps, lv, state, truth, track, loop, repeat=False) -> bool:
 # How many iterations the first stage may run ahead of the second: their handed values stay
 # referenced until the second stage has run them (bounded memory).
 _AHEAD = 2
+# Stage workers in all (several loops, steps or sessions may run in stages at once; a loop
+# whose worker waits for a free one meanwhile runs ahead by _AHEAD iterations only).
+_STAGE_THREADS = 8
 _stage_pool_lock = threading.Lock()
 _stage_pool: list = []
 
@@ -304,9 +307,6 @@ def _stage_workers() -> ThreadPoolExecutor:
         if not _stage_pool:
             _stage_pool.append(ThreadPoolExecutor(_STAGE_THREADS, thread_name_prefix="tw-loop-stage"))
         return _stage_pool[0]
-
-
-_STAGE_THREADS = 8
 
 
 class _SideStage:
