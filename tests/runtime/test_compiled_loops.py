@@ -236,41 +236,6 @@ def test_a_dead_loop_in_an_untaken_branch_does_not_run():
         assert _loop_facts(sess)[0]
 
 
-def test_a_loop_of_large_kernels_runs_beside_independent_work_and_starts_first():
-    """A loop worth it (executor.LOOP_ASIDE_FLOPS per iteration) goes to the inter-op pool,
-    and the nodes it waits for run before other ready nodes: here the loop starts before the
-    independent 512x512 product, although that product was ready first; a loop of scalars
-    stays on the calling thread."""
-    g = tw.Graph()
-    with g.as_default(), tw.device("/device:CPU:0"):
-        a = tw.placeholder(tw.float32, [512, 512])
-        w = tw.constant(np.eye(256, dtype=np.float32) * 0.5)
-        h0 = tw.tanh(tw.sin(a[:64, :256]))
-        _, h = tw.while_loop(lambda i, h: i < 20, lambda i, h: (i + 1, tw.tanh(tw.matmul(h, w))), [0, h0])
-        big = tw.matmul(a, a)
-        _, small = tw.while_loop(lambda i, v: i < 20, lambda i, v: (i + 1, v * 2.0), [0, 1.0])
-    a0 = np.random.default_rng(0).uniform(-1, 1, (512, 512)).astype(np.float32)
-    with tw.Session(graph=g) as sess:
-        md = tw.RunMetadata()
-        got_h, got_big, got_small = sess.run([h, big, small], {a: a0}, options=tw.RunOptions(
-            trace_level=tw.RunOptions.FULL_TRACE), run_metadata=md)
-        parts = [p for plan in sess._plans.values() for p in (plan.partitions or [plan.partition])]
-        compiled, _ = _loop_facts(sess)
-    ref = np.tanh(np.sin(a0[:64, :256]))
-    for _ in range(20):
-        ref = np.tanh(ref @ (np.eye(256, dtype=np.float32) * 0.5))
-    np.testing.assert_allclose(got_h, ref, rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(got_big, a0 @ a0, rtol=1e-4, atol=1e-3)
-    assert got_small == 2.0 ** 20
-    assert any(p.loops_aside for p in parts)
-    by_name = {n.op.name: n for n in compiled}
-    assert by_name["while"].expensive and not by_name["while_1"].expensive
-    stats = {s.node_name: s for s in md.step_stats}
-    loop, product = stats["while"], stats["MatMul"]
-    assert loop.all_start_nanos < product.all_start_nanos
-    assert loop.thread_id != product.thread_id
-
-
 def _two_layers():
     """A loop in two stages: layer b reads layer a of the same iteration; nothing of a reads b."""
     x = tw.placeholder(tw.float32, [None, 3], name="x")

@@ -63,23 +63,12 @@ from tensorweave.runtime.step import (
 # matmuls went to the pool).
 EXPENSIVE_FLOPS = 5e7
 
-# A compiled loop whose body is estimated at this many flops per iteration or more (an LSTM
-# layer's step: tens of millions) runs on the inter-op pool beside the rest of its step even
-# where two multi-threaded kernels may not run side by side (_room_for_parallel_kernels): its
-# iterations are many small, single-threaded kernels and much Python, which leave cores idle
-# that an independent large product can use. A loop of scalars stays inline (a pool hop
-# costs more than its whole run).
-LOOP_ASIDE_FLOPS = 1e6
-
 
 class _Node:
     __slots__ = ("op", "fn", "kd", "ins", "outs", "kind", "pre", "consumers", "pending", "transfer",
-                 "expensive", "track", "unwrap", "frees", "urgent",
+                 "expensive", "track", "unwrap", "frees",
                  # control-flow facts, set by frames.FrameInfo (read on every activation)
                  "role", "f_out", "f_ctrl", "f_nin", "f_merge")
-
-    def __init__(self):
-        self.urgent = False  # run before other ready nodes (_mark_loops_aside)
 
 
 def _static_nbytes(t) -> int | None:
@@ -514,11 +503,9 @@ class CompiledPartition:
                                and _has_independent(exp, c.preds))
         self.has_async = any(n.kd.is_async for n in order)
         self.frame_info = None
-        self.loops_aside = False
         if frame_mode:
             self.frame_info = c.frame_info(self, recvs, loops or {})
             self.has_async = True  # runs through start()/finish(), never the flat schedules
-            self.loops_aside = _mark_loops_aside(self.frame_info.nodes)
 
     def _initial_values(self, feed_values) -> list:
         vals = self.template.copy()
@@ -863,34 +850,6 @@ def _room_for_parallel_kernels(device) -> bool:
     each with every core, is faster (measured: the autoencoder step of benchmarks/ was
     several times slower with two 2-thread BLAS calls at once on 2 cores)."""
     return (os.cpu_count() or 1) >= 2 * max(1, getattr(device, "intra_op_threads", 1) or 1)
-
-
-def _mark_loops_aside(nodes) -> bool:
-    """Mark the compiled loops worth running beside the rest of the step (LOOP_ASIDE_FLOPS)
-    ``expensive``, and every node they wait for, directly or not, ``urgent``: the executor
-    runs those first among the ready nodes, so that a loop starts before independent large
-    work (a softmax's weight gradient beside the backward loop that needs only its input
-    gradient) rather than after it. True when some loop was marked."""
-    producers: dict = {n: [] for n in nodes}
-    for n in nodes:
-        for _k, consumers in n.f_out:
-            for c, _pos in consumers:
-                producers[c].append(n)
-        for c in n.f_ctrl:
-            producers[c].append(n)
-    stack = []
-    for n in nodes:
-        loop = getattr(n, "loop", None)
-        if loop is not None and sum(estimate_flops(x.op) for x in set(loop.slot_node.values())) >= LOOP_ASIDE_FLOPS:
-            n.expensive = True
-            stack.append(n)
-    while stack:
-        n = stack.pop()
-        for p in producers[n]:
-            if not p.urgent:
-                p.urgent = True
-                stack.append(p)
-    return any(n.expensive for n in nodes if getattr(n, "loop", None) is not None)
 
 
 def _has_independent(exp_nodes, preds) -> bool:

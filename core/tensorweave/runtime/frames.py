@@ -390,27 +390,23 @@ class FrameState(StepState):
         self._dispatch(out, [])
 
     def _dispatch(self, ready, queue):
-        queue = deque(queue)
-        self._queue_ready(ready, queue)
+        part = self.part
+        for item in ready:
+            if item[0].expensive and part.parallelizable and self.error is None and not item[2]:
+                self.pool.submit(self._run_loop, [item])
+            else:
+                queue.append(item)
         if queue and not getattr(in_loop, "active", False):
             self._run_loop(queue)
 
     def _queue_ready(self, ready, queue):
-        """Ready activations go to ``queue`` (run by the caller's loop), expensive ones to the
-        pool: any expensive node where the partition runs them side by side, else only the
-        compiled loops marked to run aside (executor._mark_loops_aside); the nodes such a loop
-        waits for go to the front of the queue."""
-        part = self.part
-        if not part.parallelizable and not part.loops_aside:
+        """Ready activations go to ``queue`` (run by the caller's loop), expensive ones to the pool."""
+        if not self.part.parallelizable:
             queue.extend(ready)
             return
-        aside_only = not part.parallelizable
         for item in ready:
-            n = item[0]
-            if n.expensive and self.error is None and not item[2] and not (aside_only and n.role != R_LOOP):
+            if item[0].expensive and self.error is None and not item[2]:
                 self.pool.submit(self._run_loop, deque([item]))
-            elif n.urgent:
-                queue.appendleft(item)
             else:
                 queue.append(item)
 

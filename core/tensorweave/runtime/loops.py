@@ -92,8 +92,7 @@ class LoopNode:
     the executor read on a node; the control-flow ones are set by FrameInfo)."""
 
     __slots__ = ("op", "fn", "kd", "ins", "outs", "kind", "pre", "consumers", "pending", "transfer",
-                 "expensive", "track", "unwrap", "frees", "urgent", "role", "f_out", "f_ctrl", "f_nin", "f_merge",
-                 "loop")
+                 "expensive", "track", "unwrap", "frees", "role", "f_out", "f_ctrl", "f_nin", "f_merge", "loop")
 
     def __init__(self, loop, ins, outs, pre, id_):
         self.op = _LoopOp(loop.frame, id_)
@@ -102,7 +101,7 @@ class LoopNode:
         self.fn = self.kd = None
         self.kind = K_GENERIC
         self.transfer = None
-        self.expensive = self.track = self.unwrap = self.urgent = False
+        self.expensive = self.track = self.unwrap = False
         self.frees = ()
 
 
