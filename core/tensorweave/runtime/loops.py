@@ -249,7 +249,7 @@ def _run_steps(steps, lv, state, truth, track, loop, repeat=False) -> bool:
                 elif kind == K_ACC:
                     acc, g = lv[a], lv[b]
                     if lv[out] is acc and type(acc) is np.ndarray and type(g) is np.ndarray \
-                            and g.shape == acc.shape and g.dtype == acc.dtype:
+                            and g.shape == acc.shape and g.dtype == acc.dtype and acc.flags.writeable:
                         np.add(acc, g, out=acc)  # this step's own array of the iteration before
                     else:
                         lv[out] = fn(acc, g)
