@@ -178,14 +178,17 @@ def test_gradient_through_loop_builds_stacks_and_a_backward_loop():
             assert sess.run(out, {x: 1.1}) == pytest.approx(1.1 ** 8)
 
 
-@pytest.mark.parametrize("op", ["mul", "div", "matmul"])
+@pytest.mark.parametrize("op", ["mul", "div", "matmul", "batch_matmul"])
 def test_a_loop_value_read_only_by_an_unwanted_gradient_is_not_kept(op):
     """In ``a * c`` (c from outside the loop) only c's gradient reads a. Asked for x's
     gradient alone, tw.gradients does not build c's (``Operation.skip_input_indices``), so a
     is not pushed on a stack every iteration; asked for c's too, it is."""
-    step = {"mul": lambda a, c: a * c, "div": lambda a, c: a / c, "matmul": lambda a, c: tw.matmul(a, c)}[op]
+    step = {"mul": lambda a, c: a * c, "div": lambda a, c: a / c, "matmul": lambda a, c: tw.matmul(a, c),
+            "batch_matmul": lambda a, c: tw.reshape(tw.matmul(tw.reshape(a, [1, 1, 3]), c), [1, 3])}[op]
     x0 = np.array([[0.5, -1.2, 0.7]])
-    c0 = np.array([[1.1, 0.2, -0.3], [0.4, 0.9, 0.1], [-0.2, 0.3, 1.2]]) if op == "matmul" else np.array(1.3)
+    c0 = np.array([[1.1, 0.2, -0.3], [0.4, 0.9, 0.1], [-0.2, 0.3, 1.2]]) if "matmul" in op else np.array(1.3)
+    if op == "batch_matmul":
+        c0 = c0[None]  # [1, 3, 3]: a rank-3 product is a BatchMatMul
 
     def fn(x, c):
         return tw.while_loop(lambda i, a: i < 4, lambda i, a: (i + 1, step(a, c) + 0.5), [0, x])[1]

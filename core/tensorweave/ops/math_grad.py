@@ -496,15 +496,18 @@ def _batch_matmul_grad(op, grad):
     def mm(a, b, aa=False, ab=False):
         return apply_op("BatchMatMul", [a, b], {"adj_x": aa, "adj_y": ab})
 
+    wx, wy = _wanted(op)
     if not adj_x and not adj_y:
-        gx, gy = mm(grad, y, ab=True), mm(x, grad, aa=True)
+        gx, gy = (lambda: mm(grad, y, ab=True)), (lambda: mm(x, grad, aa=True))
     elif not adj_x and adj_y:
-        gx, gy = mm(grad, y), mm(grad, x, aa=True)
+        gx, gy = (lambda: mm(grad, y)), (lambda: mm(grad, x, aa=True))
     elif adj_x and not adj_y:
-        gx, gy = mm(y, grad, ab=True), mm(x, grad)
+        gx, gy = (lambda: mm(y, grad, ab=True)), (lambda: mm(x, grad))
     else:
-        gx, gy = mm(y, grad, aa=True, ab=True), mm(grad, x, aa=True, ab=True)
-    return [unbroadcast(gx, x, _matrix_batch_shape(y.shape)), unbroadcast(gy, y, _matrix_batch_shape(x.shape))]
+        gx, gy = (lambda: mm(y, grad, aa=True, ab=True)), (lambda: mm(grad, x, aa=True, ab=True))
+    # each built only if wanted (_wanted): the other operand's value is read only then
+    return [unbroadcast(gx(), x, _matrix_batch_shape(y.shape)) if wx else None,
+            unbroadcast(gy(), y, _matrix_batch_shape(x.shape)) if wy else None]
 
 
 def _matrix_batch_shape(s: TensorShape) -> TensorShape:
