@@ -763,12 +763,10 @@ def _plan_stages(members, in_f, skip, body, data_in, ctrl_in, steps, slot_node, 
     handles = {slot(n.ins[0]) for n in real if n not in side_nodes and n.op.op_def.stateful and n.ins}
     if any(n.op.op_def.stateful and slot(n.ins[0]) in handles for n in side_nodes):
         return None  # a resource both stages would use
-    owner = {}
-    for st in steps:
-        n = st[5] if st[3] == K_MULTI else slot_node.get(st[4])
-        owner[id(st)] = n
-    main_steps = [st for st in steps if st[3] not in (K_MOVE, K_NEXT) and owner[id(st)] not in side_nodes]
-    side_steps = [st for st in steps if st[3] not in (K_MOVE, K_NEXT) and owner[id(st)] in side_nodes]
+    def in_side(st):  # the node a step belongs to (the predicate's: none) is a second-stage one
+        return (st[5] if st[3] == K_MULTI else slot_node.get(st[4])) in side_nodes
+    main_steps = [st for st in steps if st[3] not in (K_MOVE, K_NEXT) and not in_side(st)]
+    side_steps = [st for st in steps if st[3] not in (K_MOVE, K_NEXT) and in_side(st)]
     # A loop variable is the second stage's when its next value is: written by a second-stage
     # node, or another such variable passed on unchanged (``(a, b) -> (b, a + b)``).
     side_written = {o for st in side_steps for o in _writes(st)}

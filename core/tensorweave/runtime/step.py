@@ -34,6 +34,9 @@ from tensorweave.runtime.config import (
 )
 from tensorweave.runtime.rendezvous import make_key
 
+# Ops whose cost is their multiply-adds (estimate_flops), fused forms included.
+PRODUCTS = ("MatMul", "_FusedMatMul", "BatchMatMul", "Conv2D", "_FusedConv2D", "MatrixInverse", "MatrixDeterminant")
+
 
 def estimate_flops(op) -> float:
     """A node's cost for scheduling decisions: 2 * m * n * k for products and convolutions
@@ -53,9 +56,6 @@ def estimate_flops(op) -> float:
         e = t.shape.num_elements()
         n += e if e is not None else 1e6
     return float(n)
-
-
-PRODUCTS = ("MatMul", "_FusedMatMul", "BatchMatMul", "Conv2D", "_FusedConv2D", "MatrixInverse", "MatrixDeterminant")
 
 
 # Step kinds of the flat schedule. NULLARY/UNARY/BINARY steps call their kernel directly with
