@@ -39,7 +39,10 @@ not sparse) until the device plugin registers its own kernels with
 
 The fused optimizer updates (ApplyGradientDescent, ApplyAdam, ...) do their math in one
 device kernel each and stay in the device plugins; their sparse forms take their checks,
-locks and ``writable`` tensors from ``SparseApply`` here and keep only the row math.
+locks and ``writable`` tensors from ``SparseApply`` here and keep only the row math. A
+plugin may write dense updates in place the same way (the CPU's compiled loops do): the
+executor drops a step's reads of a variable after their last use, so an update later in the
+step finds the variable's tensor unshared.
 """
 
 from __future__ import annotations

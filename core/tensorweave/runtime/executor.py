@@ -161,9 +161,10 @@ class _Compiler:
         self.virtual_ref_ops: set = set()  # Variable ops: they do not run, readers read the store
         self.recv_of: dict = {}           # received tensor (or control op) -> its Recv node
         self.recv_big: set = set()        # slots of received values big enough to free early
-        # Slots of variable reads big enough to free early: a read still held would make the
-        # next sparse update of the variable copy it (kernels/state.py, writable()).
-        self.read_big: set = set()
+        # Slots of variable reads, freed after their last use whatever their size: a read still
+        # held would make an update of the variable later in the step copy the variable's
+        # tensor instead of writing into it (kernels/state.py, writable()).
+        self.var_reads: set = set()
         self.preds: dict = {}             # node -> nodes it waits for
         self.edges: list = []             # (producer, output index or -1, consumer, input position or -1)
 
@@ -258,8 +259,7 @@ class _Compiler:
                 elif t.op in self.virtual_ref_ops:
                     src_slot = self.new_slot()
                     n.pre.append((_reader(self.resources.state_for_op(t.op), device), -1, src_slot))
-                    if (_static_nbytes(t) or SMALL_BYTES) >= SMALL_BYTES:
-                        self.read_big.add(src_slot)
+                    self.var_reads.add(src_slot)
                 else:
                     src_slot = self.slot_of[t]
                     if t.op in node_of_op:
@@ -307,8 +307,7 @@ class _Compiler:
                     slot = self.new_slot()
                     n.pre.append((_reader(self.resources.state_for_op(t.op), self.device), -1, slot))
                     n.ins.append(slot)
-                    if (_static_nbytes(t) or SMALL_BYTES) >= SMALL_BYTES:
-                        self.read_big.add(slot)
+                    self.var_reads.add(slot)
                 else:
                     n.ins.append(self.slot_of[t])
             if src_op in self.node_of_op:
@@ -406,7 +405,12 @@ class _Compiler:
             for _fn, src, _slot in n.pre:  # a host-memory copy made for the node reads it too
                 if src >= 0:
                     last_use[src] = i
-        big_slots = {s for n in order if n.track for s in n.outs} | self.read_big
+        # The tensors of variables: their reads, and Identities of them (``w/read``).
+        var_tensors = set(self.var_reads)
+        for n in order:
+            if n.op.type == "Identity" and n.ins and n.ins[0] in var_tensors:
+                var_tensors.update(n.outs)
+        big_slots = {s for n in order if n.track for s in n.outs} | var_tensors
         used = set(last_use) | {src for n in order for _fn, src, _slot in n.pre if src >= 0}
         frees_after: dict[int, list] = {}
         for s in big_slots - keep:

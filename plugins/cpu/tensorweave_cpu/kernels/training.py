@@ -2,14 +2,21 @@
 ApplyAdam, ApplyRMSProp) and of their sparse forms (SparseApplyMomentum, SparseApplyAdagrad,
 SparseApplyRMSProp, SparseApplyFtrl), with TensorFlow's formulas.
 
-Like Assign, a dense update never writes into the arrays it read: it stores new arrays, so
-values already handed to consumers or to the user keep theirs. A sparse update reads and
-writes only the rows it is given, in place, copy-on-write (``tensorweave.kernels.state``:
-``SparseApply`` checks indices and shapes before anything is written, ``writable`` hands
-out the store's own array when nothing else can see it). The locks of the variable and its
+Updates write in place, copy-on-write (``tensorweave.kernels.state.writable`` hands out the
+store's own array when nothing else can see it, else stores a private copy first), so values
+already handed to consumers or to the user keep theirs. A sparse update reads and writes
+only the rows it is given (``SparseApply`` checks indices and shapes before anything is
+written). A dense update of float32/float64 runs as a loop numba compiles (jit.py), each
+element through the formula's operations in the formula's order, so the bits are those of
+the NumPy formulas below, in one pass over memory instead of a fresh array per operation
+(RMSProp on the autoencoder's 460k parameters: 3.9 ms -> 1.3 ms). Without numba, for other
+dtypes, and for GradientDescent on small variables (``_KERNELS``), the formulas run in NumPy
+and their results are stored as new arrays. The locks of the variable and its
 slots are held together while reading and storing (taken in a fixed order, so two updates
-sharing variables cannot deadlock), whatever ``use_locking`` says: the cost is small and a
-step then sees each variable either before or after an update, never half of one.
+sharing variables cannot deadlock), whatever ``use_locking`` says: the cost is small and
+updates of a variable then never interleave. Reads do not take the locks: a read on another
+thread not ordered after an in-place update may see it half done, as in TensorFlow
+(kernels/state.py).
 """
 
 from __future__ import annotations
@@ -20,6 +27,7 @@ from tensorweave.framework import errors
 from tensorweave.kernels import state
 from tensorweave.ops.training_ops import GROUPED_GD
 from tensorweave.runtime.containers import StoreUpdate
+from tensorweave_cpu import jit
 
 CPU = "CPU"
 
@@ -61,25 +69,126 @@ def _rms_prop(attrs, var, ms, mom, lr, rho, momentum, epsilon, grad):
     return var - mom, ms, mom
 
 
-# op -> (number of ref inputs, index of the gradient among the other inputs, the formula).
-# Formulas take the stores' values, then the other inputs, in the op's input order.
+# --- the same formulas element by element, in place (compiled by numba: jit.py). Each takes
+# the flat variable and slots, the flat gradient, then scalars of the variable's dtype, some
+# precomputed by ``_scalars`` below exactly as the formulas compute them.
+def _gradient_descent_elements(var, delta, alpha):
+    for i in range(var.size):
+        var[i] = var[i] - alpha * delta[i]
+
+
+def _momentum_elements(var, accum, grad, lr, momentum, nesterov):
+    for i in range(var.size):
+        g = grad[i]
+        a = accum[i] * momentum + g
+        accum[i] = a
+        if nesterov:
+            var[i] = var[i] - (g * lr + a * momentum * lr)
+        else:
+            var[i] = var[i] - a * lr
+
+
+def _adagrad_elements(var, accum, grad, lr):
+    for i in range(var.size):
+        g = grad[i]
+        a = accum[i] + g * g
+        accum[i] = a
+        var[i] = var[i] - g * lr / np.sqrt(a)
+
+
+def _adam_elements(var, m, v, grad, alpha, beta1, one_minus_beta1, one_minus_beta2, epsilon, nesterov):
+    for i in range(var.size):
+        g = grad[i]
+        mi = m[i] + (g - m[i]) * one_minus_beta1
+        vi = v[i] + (g * g - v[i]) * one_minus_beta2
+        m[i] = mi
+        v[i] = vi
+        if nesterov:
+            var[i] = var[i] - ((g * one_minus_beta1 + beta1 * mi) * alpha) / (np.sqrt(vi) + epsilon)
+        else:
+            var[i] = var[i] - (mi * alpha) / (np.sqrt(vi) + epsilon)
+
+
+def _rms_prop_elements(var, ms, mom, grad, lr, one_minus_rho, momentum, epsilon):
+    for i in range(var.size):
+        g = grad[i]
+        s = ms[i] + (g * g - ms[i]) * one_minus_rho
+        ms[i] = s
+        o = mom[i] * momentum + lr * g / np.sqrt(s + epsilon)
+        mom[i] = o
+        var[i] = var[i] - o
+
+
+def _gd_scalars(attrs, alpha):
+    return (alpha[()],)
+
+
+def _momentum_scalars(attrs, lr, momentum):
+    return lr[()], momentum[()], attrs["use_nesterov"]
+
+
+def _adagrad_scalars(attrs, lr):
+    return (lr[()],)
+
+
+def _adam_scalars(attrs, beta1_power, beta2_power, lr, beta1, beta2, epsilon):
+    one = np.ones((), dtype=lr.dtype)
+    alpha = lr * np.sqrt(one - beta2_power) / (one - beta1_power)
+    return alpha[()], beta1[()], (one - beta1)[()], (one - beta2)[()], epsilon[()], attrs["use_nesterov"]
+
+
+def _rms_prop_scalars(attrs, lr, rho, momentum, epsilon):
+    one = np.ones((), dtype=lr.dtype)
+    return lr[()], (one - rho)[()], momentum[()], epsilon[()]
+
+
+# op -> (number of ref inputs, index of the gradient among the other inputs, the formula,
+# the loop, the loop's scalars from the other inputs but the gradient, the fewest elements
+# for which the loop runs). Formulas take the stores' values, then the other inputs, in the
+# op's input order. Calling a compiled loop costs about 2.5 us (numba's dispatch, writable):
+# more than NumPy's two operations of GradientDescent on fewer than about 5000 elements,
+# less than the four or more of the others on any.
 _KERNELS = {
-    "ApplyGradientDescent": (1, 1, _gradient_descent),
-    "ApplyMomentum": (2, 1, _momentum),
-    "ApplyAdagrad": (2, 1, _adagrad),
-    "ApplyAdam": (3, 6, _adam),
-    "ApplyRMSProp": (3, 4, _rms_prop),
+    "ApplyGradientDescent": (1, 1, _gradient_descent, jit.Loop(_gradient_descent_elements), _gd_scalars, 4096),
+    "ApplyMomentum": (2, 1, _momentum, jit.Loop(_momentum_elements), _momentum_scalars, 0),
+    "ApplyAdagrad": (2, 1, _adagrad, jit.Loop(_adagrad_elements), _adagrad_scalars, 0),
+    "ApplyAdam": (3, 6, _adam, jit.Loop(_adam_elements), _adam_scalars, 0),
+    "ApplyRMSProp": (3, 4, _rms_prop, jit.Loop(_rms_prop_elements), _rms_prop_scalars, 0),
 }
+_IN_PLACE_DTYPES = ("float32", "float64")
+
+
+def _compiles(ctx) -> bool:
+    """Whether the node's updates can run as compiled loops: float32/float64 (every input of
+    an update has the variable's dtype), on a device whose tensors are host arrays."""
+    return ctx.input_dtypes[0].base_dtype.name in _IN_PLACE_DTYPES and ctx.device.host_tensors
+
+
+def _in_place(ctx, stores, loop, grad, scalars) -> np.ndarray | None:
+    """With the stores' locks held and every check done: run ``loop`` over the stores'
+    tensors in place and return the variable's; None (nothing written) where a tensor is
+    not C-contiguous (a private copy ``writable`` made is still the value: nothing changed)."""
+    targets = [state.writable(s, ctx.device) for s in stores]
+    flat = []
+    for t in targets:
+        if not t.flags.c_contiguous:
+            return None
+        flat.append(t.reshape(-1))
+    if not grad.flags.c_contiguous:
+        grad = np.ascontiguousarray(grad)
+    loop(*flat, grad.reshape(-1), *scalars)
+    return targets[0]
 
 
 def _factory(op_type):
-    n_refs, grad_index, formula = _KERNELS[op_type]
+    n_refs, grad_index, formula, loop, loop_scalars, min_size = _KERNELS[op_type]
 
     def factory(ctx):
         attrs = ctx.attrs
         stores = [ctx.ref_input(i) for i in range(n_refs)]
         guard = StoreUpdate(ctx, stores)
         arg_names = [t.name for t in ctx.op.inputs[n_refs:]]
+        compiles = _compiles(ctx)
 
         def update(*args):
             grad = args[grad_index]
@@ -88,8 +197,13 @@ def _factory(op_type):
                     raise ctx.error(errors.InvalidArgumentError,
                                     f"'{name}' must be a scalar, got a value of shape {np.shape(a)}")
             with guard:
+                guard.check_shapes([s.read() for s in stores], grad)
+                if compiles and grad.size >= min_size and jit.enabled():
+                    others = [a for i, a in enumerate(args) if i != grad_index]
+                    done = _in_place(ctx, stores, loop, grad, loop_scalars(attrs, *others))
+                    if done is not None:
+                        return done
                 current = [s.read() for s in stores]
-                guard.check_shapes(current, grad)
                 new = formula(attrs, *current, *args)
                 new = [np.asarray(x, dtype=current[0].dtype) for x in new]
                 for s, x in zip(stores, new):
@@ -176,23 +290,27 @@ def _sparse_factory(op_type):
 
 def _grouped_factory(ctx):
     """_GroupedApplyGradientDescent (passes/update_grouping.py): N ApplyGradientDescent updates
-    in one node, each with its own semantics (a new array stored), under all N locks."""
+    in one node, each with its own semantics (in place where nothing else sees the value),
+    under all N locks."""
     n = ctx.attrs["N"]
     stores = [ctx.ref_input(i) for i in range(n)]
     guard = StoreUpdate(ctx, stores)
     alpha_name = ctx.op.inputs[n].name
     names = ctx.attrs.get("names") or [ctx.node_name] * n
+    _, _, _, loop, _, min_size = _KERNELS["ApplyGradientDescent"]
+    compiles = _compiles(ctx)
 
     def update(alpha, *deltas):
         if np.ndim(alpha) != 0:
             raise ctx.error(errors.InvalidArgumentError,
                             f"'{alpha_name}' must be a scalar, got a value of shape {np.shape(alpha)}")
         with guard:
-            current = [s.read() for s in stores]
-            guard.check_each(current, deltas, names)
-            new = [np.asarray(cur - alpha * d, dtype=cur.dtype) for cur, d in zip(current, deltas)]
-            for s, x in zip(stores, new):
-                s.value = x
+            guard.check_each([s.read() for s in stores], deltas, names)
+            compiled = compiles and jit.enabled()
+            for s, d in zip(stores, deltas):
+                if not compiled or d.size < min_size or _in_place(ctx, (s,), loop, d, (alpha[()],)) is None:
+                    cur = s.read()
+                    s.value = np.asarray(cur - alpha * d, dtype=cur.dtype)
         return None
     return update
 
