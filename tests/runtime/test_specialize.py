@@ -88,10 +88,17 @@ def test_new_batch_sizes_stop_building_plans_after_the_bound():
         assert special == pytest.approx(sess.run(loss, {x: np.concatenate([xs, xs]), y: np.concatenate([ys, ys])}))
 
 
-def test_a_feed_of_the_wrong_shape_is_still_refused_by_name():
+@pytest.mark.parametrize("shape", [(3, 7), (3,), (3, 8, 1), (8,)])
+def test_a_feed_of_the_wrong_shape_is_still_refused_by_name(shape):
     g, x, y, loss, *_ = _mlp(None)
-    with tw.Session(graph=g) as sess, pytest.raises(tw.errors.InvalidArgumentError, match="x:0"):
-        sess.run(loss, {x: np.zeros((3, 7), np.float32), y: np.zeros(3, np.int32)})
+    with g.as_default():
+        init = tw.global_variables_initializer()
+    with tw.Session(graph=g) as sess:
+        sess.run(init)
+        with pytest.raises(tw.errors.InvalidArgumentError,
+                           match=rf"cannot feed value of shape \({shape[0]},.*'x:0', which has shape \(\?, 8\)"):
+            sess.run(loss, {x: np.zeros(shape, np.float32), y: np.zeros(3, np.int32)})
+        assert np.isfinite(sess.run(loss, {x: np.zeros((3, 8), np.float32), y: np.zeros(3, np.int32)}))
 
 
 # ----------------------------------------------------------------------------------------

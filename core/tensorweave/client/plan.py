@@ -101,12 +101,19 @@ class FetchMapper:
         return self._builder(values)
 
 
+_PLAIN_FEED_KEYS: set = set()  # key types without _feed_parts (Tensor, str): one set lookup per key
+
+
 def expand_composite_feeds(feed_dict):
     """``feed_dict`` with each composite key (a SparseTensor: ``_feed_parts``) replaced by its
     component tensors and their values; the dict itself when it has none (the usual case)."""
     for k in feed_dict:
-        if getattr(type(k), "_feed_parts", None) is not None:
+        kind = type(k)
+        if kind in _PLAIN_FEED_KEYS:
+            continue
+        if getattr(kind, "_feed_parts", None) is not None:
             break
+        _PLAIN_FEED_KEYS.add(kind)
     else:
         return feed_dict
     out = {}
@@ -132,18 +139,26 @@ def _feed_converter(t: Tensor):
             f"cannot feed value of shape {tuple(arr.shape)} for tensor '{t.name}', which has "
             f"shape {t.shape}")
 
+    # The known dimensions to check, (axis, size): a per-step check costs one comparison each.
+    known = tuple((i, d) for i, d in enumerate(static) if d is not None) if static is not None else ()
+    rank = len(static) if static is not None else -1
+
     def convert(v):
         if type(v) is np.ndarray and v.dtype == np_dt:
             arr = v
         else:
             arr = convert_feed_value(v, t)
-        if static is not None:
+        if rank >= 0:
             shp = arr.shape
             if full:
                 if shp != static:
                     raise bad_shape(arr)
-            elif len(shp) != len(static) or any(d is not None and d != s for d, s in zip(static, shp)):
-                raise bad_shape(arr)
+            else:
+                if len(shp) != rank:
+                    raise bad_shape(arr)
+                for i, d in known:
+                    if shp[i] != d:
+                        raise bad_shape(arr)
         return arr
 
     return convert
