@@ -112,8 +112,9 @@ class DeviceTensor(Protocol):
     Tensors are immutable: no kernel writes into a tensor it did not just create. So
     handles may share memory, a kernel may return its input (Identity), and a tensor may be
     kept across steps (a variable's value, a node's cached Shape result). The one exception,
-    a sparse update of a variable (Scatter*, SparseApply*), writes into the variable's tensor
-    only when nothing else can observe it (``kernels/state.py``, ``writable``).
+    an update of a variable (Scatter*, SparseApply*, and a plugin's dense Apply* where it
+    chooses to, as the CPU's compiled loops do), writes into the variable's tensor only when
+    nothing else can observe it (``kernels/state.py``, ``writable``).
 
     Every device type holds tensors of bool, float32, float64, int32 and int64 (its
     ``to_device`` accepts them): the core's kernels are registered for every device type

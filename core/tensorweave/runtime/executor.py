@@ -422,7 +422,7 @@ class _Compiler:
             for s in n.outs:
                 if s in big_slots and s not in keep and s not in used:
                     frees_after.setdefault(i, []).append(s)
-        freeable = (big_slots | self.recv_big) - keep
+        freeable = self.freeable = (big_slots | self.recv_big) - keep
         dyn_uses: dict[int, int] = {}
         for n in order:
             n.frees = tuple(s for s in set(n.ins) | {src for _fn, src, _slot in n.pre if src >= 0}
@@ -463,7 +463,8 @@ class _Compiler:
         recv_frames = {recv_of[r.tensor if r.tensor is not None else r.control_op]:
                        (getattr(r, "frame", ROOT), getattr(r, "iterations", "all")) for r in recvs}
         cond_recvs = {recv_of[r.tensor]: r.cond_of for r in recvs if getattr(r, "cond_of", None)}
-        return FrameInfo(part, self.edges, loops, recv_frames, cond_recvs, _loop_compilation(self.session))
+        return FrameInfo(part, self.edges, loops, recv_frames, cond_recvs, _loop_compilation(self.session),
+                         self.freeable)
 
 
 class CompiledPartition:

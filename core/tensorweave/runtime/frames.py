@@ -52,11 +52,12 @@ _ROLES = {"Switch": R_SWITCH, "Merge": R_MERGE, "Enter": R_ENTER, "Exit": R_EXIT
 class FrameInfo:
     """Plan-time control-flow facts of one compiled partition."""
 
-    def __init__(self, part, edges, loops, recv_frames, cond_recvs, compile_loops=True):
+    def __init__(self, part, edges, loops, recv_frames, cond_recvs, compile_loops=True, freeable=frozenset()):
         """``edges``: (producer node, output index or -1 for control, consumer node, input
         position or -1). ``loops``: frame name -> LoopSpec for frames this partition drives.
         ``recv_frames``: recv node -> (frame name, "all" | "first" | "later" iterations). ``cond_recvs``: recv node -> frame name of the
-        loop predicate it carries."""
+        loop predicate it carries. ``freeable``: slots worth dropping once their last consumer
+        is done (executor.py, plan_liveness)."""
         nodes = part.nodes
         # Loops that run whole on this partition become one node each (runtime/loops.py).
         self.general_loops = {}  # frame -> why it keeps the general path
@@ -64,6 +65,7 @@ class FrameInfo:
             nodes, edges, self.general_loops = collapse_loops(
                 nodes, edges, recv_frames, set(loops), part.device, part._to_host)
         self.nodes = nodes
+        self.root_uses = self._root_frees(nodes, freeable)
         # Per-node facts live on the nodes (one attribute read per activation at run time):
         # role, f_out ((output index, ((consumer, input position), ...)), ...), f_ctrl (control
         # consumers), f_nin (edges a non-Merge waits for), f_merge ((data inputs expected, control
@@ -117,6 +119,23 @@ class FrameInfo:
         self.sources = [n for n in nodes if n.f_nin == 0 and n.role != R_MERGE]
 
 
+    @staticmethod
+    def _root_frees(nodes, freeable) -> dict:
+        """Each node's ``frees`` (the freeable slots it reads, or writes and nobody reads) and
+        how many nodes free each slot. Only the root iteration drops values (a loop's own
+        slots are cleared when it ends, an iteration's with it): its nodes run once per step,
+        so a slot is dead once every node that frees it has finished, run or dead. (A slot
+        of a child frame is counted too but never reaches zero: only root finishes count.)"""
+        used = {s for n in nodes for s in n.ins} | {src for n in nodes for _fn, src, _slot in n.pre if src >= 0}
+        uses: dict = {}
+        for n in nodes:
+            n.frees = tuple(s for s in {*n.ins, *(src for _fn, src, _slot in n.pre if src >= 0),
+                                        *(s for s in n.outs if s not in used)} if s in freeable)
+            for s in n.frees:
+                uses[s] = uses.get(s, 0) + 1
+        return uses
+
+
 class _Frame:
     __slots__ = ("name", "key", "parent", "iters", "pending_enters", "invariants", "deferred", "dead",
                  "par", "active", "driven")
@@ -161,6 +180,7 @@ class FrameState(StepState):
         self.info: FrameInfo = part.frame_info
         self.root_frame = _Frame(ROOT, 0, None, 0, 1, False)
         self.root = _Iter(self.root_frame, 0, vals)
+        self.uses = dict(self.info.root_uses)  # nodes left to finish per freeable root slot
         self.root_frame.iters[0] = self.root
         self.root_frame.active = 1
         # After a failure the step ends as soon as nothing runs any more: executor loops
@@ -598,6 +618,15 @@ class FrameState(StepState):
         ready = []
         with self.lock:
             self._route(n, it, outputs, dead, ready)
+            if it is self.root and n.frees:
+                # Big values and variable reads go as soon as nothing in the step needs them
+                # (memory; an update later in the step then writes in place: kernels/state.py).
+                uses = self.uses
+                for s in n.frees:
+                    left = uses[s] - 1
+                    uses[s] = left
+                    if not left:
+                        it.vals[s] = None
             it.ops -= 1
             self._check(it, ready)
         if ready:
