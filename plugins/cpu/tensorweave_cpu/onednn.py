@@ -1,12 +1,12 @@
 """oneDNN's convolutions for the CPU's float32 Conv2D (with its bias added and its ReLU, for
-_FusedConv2D) and its two gradients (the cpu plugin's ``onednn`` extra: Intel's ``onednn-cpu-gomp`` wheel,
-oneDNN 3.x built with GNU OpenMP).
+_FusedConv2D) and its two gradients, and its float32 matrix products (``sgemm``) (the cpu
+plugin's ``onednn`` extra: Intel's ``onednn-cpu-gomp`` wheel, oneDNN 3.x built with GNU OpenMP).
 
 This module owns the binding: finding and loading ``libdnnl``, the few entry points of its C
-API that convolutions need (declared through ctypes, from oneDNN's ``dnnl.h``), and
-``Convolution``, the primitives of one convolution geometry. kernels/nn.py decides when to
-use it and keeps its im2col + BLAS paths for everything else (other dtypes, geometries
-oneDNN refuses, machines without the extra).
+API that convolutions and products need (declared through ctypes, from oneDNN's ``dnnl.h``),
+``Convolution``, the primitives of one convolution geometry, and ``sgemm``. kernels/nn.py
+and blas.py decide when to use them and keep their im2col + BLAS paths for everything else
+(other dtypes, geometries oneDNN refuses, small products, machines without the extra).
 
 Why a library: the im2col + OpenBLAS convolutions run their GEMMs with only 32-64 output
 columns at 120-170 GFLOP/s on this project's 2-core machines, and copy every window; oneDNN's
@@ -82,6 +82,7 @@ _state: dict = {}  # "lib", "engine", "version" once loaded; "on": tests' switch
 _local = threading.local()  # each thread's stream
 # executions (tests check the path taken); "forward_bias[_relu]": a _FusedConv2D's
 stats = {"forward": 0, "forward_bias": 0, "forward_bias_relu": 0, "backward_data": 0, "backward_weights": 0}
+products = {"sgemm": 0}  # products computed by oneDNN (tests check the path taken)
 
 _SIGNATURES = {
     "dnnl_version": (ctypes.POINTER(_Version), []),
@@ -112,6 +113,9 @@ _SIGNATURES = {
     "dnnl_post_ops_create": (ctypes.c_int, [ctypes.POINTER(_P)]),
     "dnnl_post_ops_destroy": (ctypes.c_int, [_P]),
     "dnnl_post_ops_append_eltwise": (ctypes.c_int, [_P, ctypes.c_int, ctypes.c_float, ctypes.c_float]),
+    "dnnl_sgemm": (ctypes.c_int, [ctypes.c_char, ctypes.c_char, ctypes.c_int64, ctypes.c_int64, ctypes.c_int64,
+                                  ctypes.c_float, _P, ctypes.c_int64, _P, ctypes.c_int64, ctypes.c_float, _P,
+                                  ctypes.c_int64]),
 }
 
 
@@ -462,3 +466,66 @@ class Convolutions:
             self._by_shape.pop(next(iter(self._by_shape)))
         self._by_shape[key] = conv
         return conv
+
+
+# -- products ---------------------------------------------------------------------------
+# oneDNN's sgemm (its JIT kernels, TF's own CPU products) against OpenBLAS's, single-threaded
+# on this project's 2-core machines: an LSTM cell's [32, 400] x [400, 800] 240-250 us against
+# 380-520, its backward [32, 800] x T[400, 800] 200 against 360-520; mid-sized products
+# 0.82-0.9x; below a few MFLOP OpenBLAS is faster (the mlp's [64, 64] x [64, 128]: 26-30 us
+# against 15-21). On both cores, the LSTM language model's softmax products [1120, 200] x
+# [200, 10000] 22.5 ms against 34.7 (OpenBLAS split by rows over the cores), its gradients
+# 26.4 / 30.2 ms against 29.9 / 31.6. blas.py decides which products come here.
+
+def _operand(x):
+    """(b"N" or b"T", leading dimension) describing the 2-D float32 array ``x`` as a row-major
+    oneDNN operand (its rows, or its transpose's, evenly spaced), or None."""
+    rows, cols = x.shape
+    s0, s1 = x.strides
+    if s1 == 4 and s0 % 4 == 0 and s0 >= 4 * cols:
+        return b"N", s0 // 4
+    if s0 == 4 and s1 % 4 == 0 and s1 >= 4 * rows:
+        return b"T", s1 // 4
+    return None
+
+
+def _omp_threads(n: int) -> None:
+    """This thread's OpenMP team size for its next oneDNN calls (an OpenMP setting of the
+    calling thread: a product on one executor thread does not change another's)."""
+    if getattr(_local, "omp", None) == n:
+        return
+    omp = _state.get("omp")
+    if omp is None:
+        try:
+            omp = ctypes.CDLL("libgomp.so.1")  # the OpenMP runtime libdnnl loaded
+        except OSError:
+            omp = False
+        _state["omp"] = omp
+    if omp:
+        omp.omp_set_num_threads(n)
+    _local.omp = n
+
+
+def sgemm(a, b, c, beta: float = 0.0, threads: int = 1) -> bool:
+    """``c = a @ b + beta * c`` for 2-D float32 arrays (``c`` C-contiguous, of the product's
+    shape), on ``threads`` cores; False, with nothing written, where an operand's layout is
+    not one oneDNN takes (then the caller computes it). One thread: concurrent calls from
+    several executor threads run side by side; more: one call at a time in the process
+    (one OpenMP team on the cores, as for convolutions)."""
+    la, lb = _operand(a), _operand(b)
+    if la is None or lb is None:
+        return False
+    m, k = a.shape
+    n = b.shape[1]
+    lib = _state["lib"]
+    args = (la[0], lb[0], m, n, k, 1.0, a.ctypes.data, la[1], b.ctypes.data, lb[1], beta, c.ctypes.data, n)
+    if threads == 1:
+        _omp_threads(1)
+        status = lib.dnnl_sgemm(*args)
+    else:
+        with _exec_lock:
+            _omp_threads(threads)
+            status = lib.dnnl_sgemm(*args)
+    _check(status, "sgemm")
+    products["sgemm"] += 1
+    return True

@@ -12,8 +12,10 @@ import pytest
 import tensorweave as tw
 from tensorweave_cpu import blas
 
-pytestmark = pytest.mark.skipif(blas.max_threads() is None,
-                                reason="no BLAS threadpoolctl can drive (or TENSORWEAVE_BLAS_POLICY=0)")
+# (OpenBLAS's policy: oneDNN's products are off here; tests/test_onednn.py has theirs)
+pytestmark = [pytest.mark.skipif(blas.max_threads() is None,
+                                 reason="no BLAS threadpoolctl can drive (or TENSORWEAVE_BLAS_POLICY=0)"),
+              pytest.mark.usefixtures("without_onednn")]
 
 
 def test_small_products_run_on_one_thread_and_large_ones_in_blocks_over_the_cores(monkeypatch):

@@ -1,11 +1,14 @@
 """``a @ b.T`` with few rows in ``a`` runs as ``(b @ a.T).T`` (tensorweave_cpu/blas.py): the
-same values as the direct product, a row-major result, and only where it pays."""
+same values as the direct product, a row-major result, and only where it pays. (OpenBLAS's
+path: oneDNN's products are off here; tests/test_onednn.py has theirs.)"""
 
 import numpy as np
 import pytest
 
 import tensorweave as tw
 from tensorweave_cpu import blas
+
+pytestmark = pytest.mark.usefixtures("without_onednn")
 
 
 @pytest.mark.parametrize("m,k,n", [(1, 64, 7), (8, 400, 800), (32, 800, 400), (128, 512, 129)])

@@ -1,7 +1,9 @@
 """oneDNN's convolutions (tensorweave_cpu/onednn.py, the cpu plugin's ``onednn`` extra): float32
 Conv2D and both its gradients give what the CPU's own im2col + BLAS paths give in float64, for
 both layouts, strides, dilations and every padding; other dtypes and switched-off oneDNN take
-the own paths; batch sizes change; concurrent steps share the primitives safely."""
+the own paths; batch sizes change; concurrent steps share the primitives safely. Its float32
+products (``sgemm`` through blas.matmul) in every operand layout, small, float64 and odd
+layouts left to OpenBLAS, large ones on the cores beside small concurrent ones."""
 
 import concurrent.futures
 import os
@@ -216,3 +218,85 @@ def test_loading_leaves_the_environment_as_it_was():
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr
     assert out.stdout.split() == ["None", "True"]
+
+
+# ---------------------------------------------------------------------------------------
+# products (onednn.sgemm through blas.matmul)
+def _layouts(rng, rows, cols, how):
+    """A float32 [rows, cols] operand: C-ordered, a transposed view, or rows of a wider array."""
+    if how == "rows":
+        return rng.normal(size=(rows, cols)).astype(np.float32)
+    if how == "transposed":
+        return rng.normal(size=(cols, rows)).astype(np.float32).T
+    return rng.normal(size=(rows, cols + 13)).astype(np.float32)[:, 5:5 + cols]  # leading dimension > cols
+
+
+@pytest.mark.parametrize("a_how", ["rows", "transposed", "strided"])
+@pytest.mark.parametrize("b_how", ["rows", "transposed", "strided"])
+@pytest.mark.parametrize("m,k,n", [(32, 400, 800), (7, 1000, 600)])
+def test_float32_products_run_on_onednn_in_every_layout(on, m, k, n, a_how, b_how):
+    from tensorweave_cpu import blas
+
+    rng = np.random.default_rng(m + k)
+    a, b = _layouts(rng, m, k, a_how), _layouts(rng, k, n, b_how)
+    before = onednn.products["sgemm"]
+    got = blas.matmul(a, b)
+    assert onednn.products["sgemm"] == before + 1
+    assert got.dtype == np.float32 and got.shape == (m, n) and got.flags.c_contiguous
+    want = a.astype(np.float64) @ b.astype(np.float64)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("case", ["small", "float64", "every other column", "switched off"])
+def test_other_products_take_openblas(monkeypatch, case):
+    from tensorweave_cpu import blas
+
+    monkeypatch.setitem(onednn._state, "on", case != "switched off")
+    rng = np.random.default_rng(1)
+    a, b = rng.normal(size=(32, 400)).astype(np.float32), rng.normal(size=(400, 800)).astype(np.float32)
+    if case == "small":
+        a, b = a[:, :40], b[:40, :64]  # 2 * 32 * 40 * 64 flops: below ONEDNN_MIN_FLOPS
+    elif case == "float64":
+        a, b = a.astype(np.float64), b.astype(np.float64)
+    elif case == "every other column":
+        b = rng.normal(size=(400, 1600)).astype(np.float32)[:, ::2]
+    before = onednn.products["sgemm"]
+    got = blas.matmul(a, b)
+    assert onednn.products["sgemm"] == before
+    np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-3)
+
+
+def test_large_products_use_the_cores_and_concurrent_small_ones_stay_correct(on):
+    """A product of SMALL_FLOPS and more runs on every core (one OpenMP team at a time);
+    small ones on their callers' threads side by side: two-stage loops make them concurrently."""
+    from tensorweave_cpu import blas
+
+    rng = np.random.default_rng(2)
+    big_a, big_b = rng.normal(size=(1120, 200)).astype(np.float32), rng.normal(size=(200, 1000)).astype(np.float32)
+    assert 2.0 * 1120 * 200 * 1000 >= blas.SMALL_FLOPS
+    pairs = [(rng.normal(size=(32, 400)).astype(np.float32), rng.normal(size=(400, 800)).astype(np.float32))
+             for _ in range(4)] + [(big_a, big_b)]
+    wants = [a.astype(np.float64) @ b.astype(np.float64) for a, b in pairs]
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+        for _ in range(5):
+            for got, want in zip(pool.map(lambda ab: blas.matmul(*ab), pairs), wants):
+                np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+def test_a_session_product_and_its_gradients_on_onednn_match_float64(on):
+    rng = np.random.default_rng(3)
+    x, w = rng.normal(size=(32, 400)).astype(np.float32), rng.normal(size=(400, 800)).astype(np.float32)
+    dy = rng.normal(size=(32, 800)).astype(np.float32)
+    g = tw.Graph()
+    with g.as_default():
+        xp, wp, dyp = tw.placeholder(tw.float32, [None, 400]), tw.placeholder(tw.float32, [400, 800]), \
+            tw.placeholder(tw.float32, [None, 800])
+        y = tw.matmul(xp, wp)
+        dx, dw = tw.gradients(y, [xp, wp], grad_ys=dyp)
+    before = onednn.products["sgemm"]
+    with tw.Session(graph=g, config=tw.ConfigProto(device_count={"OPENCL": 0})) as s:
+        got = s.run([y, dx, dw], {xp: x, wp: w, dyp: dy})
+    assert onednn.products["sgemm"] == before + 3
+    x64, w64, dy64 = x.astype(np.float64), w.astype(np.float64), dy.astype(np.float64)
+    for a, want in zip(got, [x64 @ w64, dy64 @ w64.T, x64.T @ dy64]):
+        np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
