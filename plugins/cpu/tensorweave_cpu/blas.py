@@ -116,9 +116,11 @@ def _split_matmul(a, b, out, parts):
     return out
 
 
-# float32 2-D products of at least ONEDNN_MIN_FLOPS go to oneDNN's sgemm when the cpu plugin's
-# ``onednn`` extra is installed (onednn.py: faster from a few MFLOP, slower below), on one
-# thread below SMALL_FLOPS, else on the cores the BLAS would use.
+# float32 2-D products from ONEDNN_MIN_FLOPS up to SMALL_FLOPS run on oneDNN's sgemm, on one
+# thread, when the cpu plugin's ``onednn`` extra is installed (onednn.py: faster from a few
+# MFLOP, slower below; 1.6-2x for an LSTM cell's products). Large ones stay split over the
+# cores on OpenBLAS: oneDNN was faster for some shapes and slower for others, in blocks or
+# on its own OpenMP team, by less than this machine's noise.
 ONEDNN_MIN_FLOPS = 4e6
 
 
@@ -129,12 +131,12 @@ def matmul(a, b, out=None):
         m, k = a.shape
         n = b.shape[1]
         flops = 2.0 * m * k * n
-        if flops >= ONEDNN_MIN_FLOPS and a.dtype.char == "f" == b.dtype.char and onednn.enabled() \
-                and (out is None or out.dtype.char == "f" and out.flags.c_contiguous):
-            c = np.empty((m, n), np.float32) if out is None else out
-            if onednn.sgemm(a, b, c, threads=1 if flops < SMALL_FLOPS else _cores()):
-                return c
         if flops < SMALL_FLOPS:
+            if flops >= ONEDNN_MIN_FLOPS and a.dtype.char == "f" == b.dtype.char and onednn.enabled() \
+                    and (out is None or out.dtype.char == "f"):
+                c = np.empty((m, n), np.float32) if out is None else out
+                if onednn.sgemm(a, b, c):
+                    return c
             if _state.get("now", 0) != 1:
                 use_threads_for(flops)
         elif a.dtype == b.dtype and a.dtype.char in "fd" and (out is None or out.dtype == a.dtype) \
@@ -149,12 +151,6 @@ def matmul(a, b, out=None):
         batch = a.size // (a.shape[-1] * a.shape[-2]) if a.shape[-1] and a.shape[-2] else 0
         use_threads_for(2.0 * max(batch, 1) * a.shape[-2] * a.shape[-1] * b.shape[-1])
     return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
-
-
-def _cores() -> int:
-    """The cores a large product spreads over: the BLAS's own thread count (the user's
-    ``*_NUM_THREADS``), else one per core."""
-    return _state.get("max") if _controllers() else (os.cpu_count() or 1)
 
 
 def max_threads() -> int | None:

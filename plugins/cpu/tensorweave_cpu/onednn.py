@@ -473,9 +473,9 @@ class Convolutions:
 # on this project's 2-core machines: an LSTM cell's [32, 400] x [400, 800] 240-250 us against
 # 380-520, its backward [32, 800] x T[400, 800] 200 against 360-520; mid-sized products
 # 0.82-0.9x; below a few MFLOP OpenBLAS is faster (the mlp's [64, 64] x [64, 128]: 26-30 us
-# against 15-21). On both cores, the LSTM language model's softmax products [1120, 200] x
-# [200, 10000] 22.5 ms against 34.7 (OpenBLAS split by rows over the cores), its gradients
-# 26.4 / 30.2 ms against 29.9 / 31.6. blas.py decides which products come here.
+# against 15-21). blas.py decides which products come here (on both cores, oneDNN's OpenMP
+# team and OpenBLAS split by rows were each faster for some large shapes, by less than this
+# machine's noise: those stay OpenBLAS's).
 
 def _operand(x):
     """(b"N" or b"T", leading dimension) describing the 2-D float32 array ``x`` as a row-major
@@ -507,18 +507,19 @@ def _omp_threads(n: int) -> None:
 
 
 def sgemm(a, b, c, beta: float = 0.0, threads: int = 1) -> bool:
-    """``c = a @ b + beta * c`` for 2-D float32 arrays (``c`` C-contiguous, of the product's
-    shape), on ``threads`` cores; False, with nothing written, where an operand's layout is
-    not one oneDNN takes (then the caller computes it). One thread: concurrent calls from
-    several executor threads run side by side; more: one call at a time in the process
-    (one OpenMP team on the cores, as for convolutions)."""
-    la, lb = _operand(a), _operand(b)
-    if la is None or lb is None:
+    """``c = a @ b + beta * c`` for 2-D float32 arrays (``c`` of the product's shape, its rows
+    evenly spaced: a block of columns of a wider array will do), on ``threads`` cores;
+    False, with nothing written, where an array's layout is not one oneDNN takes (then the
+    caller computes it). One thread: concurrent calls from several executor threads run
+    side by side; more: one call at a time in the process (one OpenMP team on the cores, as
+    for convolutions)."""
+    la, lb, lc = _operand(a), _operand(b), _operand(c)
+    if la is None or lb is None or lc is None or lc[0] != b"N":
         return False
     m, k = a.shape
     n = b.shape[1]
     lib = _state["lib"]
-    args = (la[0], lb[0], m, n, k, 1.0, a.ctypes.data, la[1], b.ctypes.data, lb[1], beta, c.ctypes.data, n)
+    args = (la[0], lb[0], m, n, k, 1.0, a.ctypes.data, la[1], b.ctypes.data, lb[1], beta, c.ctypes.data, lc[1])
     if threads == 1:
         _omp_threads(1)
         status = lib.dnnl_sgemm(*args)

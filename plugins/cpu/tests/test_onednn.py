@@ -3,7 +3,7 @@ Conv2D and both its gradients give what the CPU's own im2col + BLAS paths give i
 both layouts, strides, dilations and every padding; other dtypes and switched-off oneDNN take
 the own paths; batch sizes change; concurrent steps share the primitives safely. Its float32
 products (``sgemm`` through blas.matmul) in every operand layout, small, float64 and odd
-layouts left to OpenBLAS, large ones on the cores beside small concurrent ones."""
+layouts left to OpenBLAS, concurrent ones beside a large one (OpenBLAS's)."""
 
 import concurrent.futures
 import os
@@ -266,14 +266,18 @@ def test_other_products_take_openblas(monkeypatch, case):
     np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-3)
 
 
-def test_large_products_use_the_cores_and_concurrent_small_ones_stay_correct(on):
-    """A product of SMALL_FLOPS and more runs on every core (one OpenMP team at a time);
-    small ones on their callers' threads side by side: two-stage loops make them concurrently."""
+def test_concurrent_products_stay_correct_and_large_ones_stay_on_openblas(on):
+    """Products on one thread each, side by side (two-stage loops make them concurrently),
+    beside a large one (SMALL_FLOPS and more), which blas.py splits over the cores on
+    OpenBLAS."""
     from tensorweave_cpu import blas
 
     rng = np.random.default_rng(2)
     big_a, big_b = rng.normal(size=(1120, 200)).astype(np.float32), rng.normal(size=(200, 1000)).astype(np.float32)
     assert 2.0 * 1120 * 200 * 1000 >= blas.SMALL_FLOPS
+    before = onednn.products["sgemm"]
+    np.testing.assert_allclose(blas.matmul(big_a, big_b), big_a.astype(np.float64) @ big_b, rtol=1e-5, atol=1e-3)
+    assert onednn.products["sgemm"] == before
     pairs = [(rng.normal(size=(32, 400)).astype(np.float32), rng.normal(size=(400, 800)).astype(np.float32))
              for _ in range(4)] + [(big_a, big_b)]
     wants = [a.astype(np.float64) @ b.astype(np.float64) for a, b in pairs]
@@ -281,6 +285,7 @@ def test_large_products_use_the_cores_and_concurrent_small_ones_stay_correct(on)
         for _ in range(5):
             for got, want in zip(pool.map(lambda ab: blas.matmul(*ab), pairs), wants):
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+    assert onednn.products["sgemm"] == before + 20
 
 
 def test_a_session_product_and_its_gradients_on_onednn_match_float64(on):
