@@ -325,9 +325,11 @@ def test_closing_the_session_stops_an_endless_loop_in_two_stages(monkeypatch):
 
 
 def test_gradient_sums_over_iterations_add_in_place_from_the_second_iteration():
-    """The backward loop's sums of the weights' gradients are K_ACC steps: the first
+    """The backward loop's sums of the weights' gradients are K_ACC steps (K_ACC_MM where
+    the addend is a product, on a device that adds products into their output): the first
     iteration adds into a new array (the initial zeros may be shared), later ones into that
-    array. Step after step the values stay the general path's, bit for bit."""
+    array. Step after step the values stay the general path's, bit for bit (products this
+    small are not the device's to accumulate: the product, then the addition)."""
     x0 = np.random.default_rng(0).uniform(-1, 1, (4, 3)).astype(np.float32)
     results = []
     for config in (GENERAL, None):
@@ -340,8 +342,44 @@ def test_gradient_sums_over_iterations_add_in_place_from_the_second_iteration():
             results.append([sess.run(fetches, {x: x0}) for _ in range(3)])
             compiled, _ = _loop_facts(sess)
     backward = next(n for n in compiled if n.op.name.startswith("gradients"))
-    accumulations = [s for s in backward.loop.steps if s[3] == loops.K_ACC]
+    accumulations = [s for s in backward.loop.steps if s[3] in (loops.K_ACC, loops.K_ACC_MM)]
     assert len(accumulations) >= 2, [s[5].op.name for s in backward.loop.steps if s[5] is not None]
     for general, compiled_run in zip(*results):
         for u, v in zip(general, compiled_run):
             np.testing.assert_array_equal(u, v)
+
+
+def test_a_product_summed_over_iterations_is_added_into_the_sum_by_the_device(monkeypatch):
+    """A gradient sum over iterations of a MatMul read by nothing else is one K_ACC_MM step:
+    the first iteration computes the product and adds it into a new array, later ones hand
+    (sum, a, b) to ``Device.accumulate_product`` with the MatMul's transposes applied; where
+    the device takes none, the product is added in place. Values: those of the product and
+    the addition, against float64."""
+    calls = []
+
+    def accumulate(self, acc, a, b):
+        calls.append((acc.shape, a.shape, b.shape, a.flags.c_contiguous))
+        if len(calls) % 2:
+            return False  # every other call: the device takes none
+        np.add(acc, a @ b, out=acc)
+        return True
+    rng = np.random.default_rng(4)
+    x0, w0 = rng.uniform(-1, 1, (5, 6)).astype(np.float32), rng.uniform(-1, 1, (6, 7)).astype(np.float32)
+    g = tw.Graph()
+    with g.as_default():
+        x = tw.placeholder(tw.float32, [None, 6])
+        w = tw.Variable(w0)
+        _, total = tw.while_loop(lambda i, s: i < 4, lambda i, s: (i + 1, s + tw.reduce_sum(tw.tanh(tw.matmul(x, w)))),
+                                 [tw.constant(0), tw.constant(0.0)])
+        (dw,) = tw.gradients(total, [w])
+    with tw.Session(graph=g, config=tw.ConfigProto(device_count={"OPENCL": 0})) as sess:
+        monkeypatch.setattr(type(sess.devices[0]), "accumulate_product", accumulate)
+        sess.run(w.initializer)
+        got = sess.run(dw, {x: x0})
+        compiled, _ = _loop_facts(sess)
+    backward = next(n for n in compiled if n.op.name.startswith("gradients"))
+    assert [s for s in backward.loop.steps if s[3] == loops.K_ACC_MM]
+    # iterations 2..4 asked the device; x's transpose comes as a view (transpose_a)
+    assert calls == [((6, 7), (6, 5), (5, 7), False)] * 3
+    want = 4 * x0.T.astype(np.float64) @ (1 - np.tanh(x0.astype(np.float64) @ w0) ** 2)
+    np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5)

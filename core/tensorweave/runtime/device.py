@@ -48,6 +48,15 @@ class Device:
     def sync(self) -> None:
         """Wait for queued work on this device to finish."""
 
+    def accumulate_product(self, acc, a, b) -> bool:
+        """``acc += a @ b``, written into ``acc`` (a 2-D tensor of this device that nothing
+        else holds; ``a`` and ``b`` 2-D, possibly transposed views), where the device has a
+        kernel that adds a product into its output (a GEMM with beta = 1); False, with
+        nothing written, where it has none for these operands. Compiled loops use it for a
+        gradient's sum over iterations of a product (runtime/loops.py), saving a pass over
+        the sum and a temporary per iteration."""
+        return False
+
     def __repr__(self):
         return f"<{type(self).__name__} {self.name}>"
 

@@ -30,6 +30,10 @@ pipeline: the second stage of iteration t on a stage worker thread while this th
 the first stage of iteration t+1 (``_Stages``, planned by ``_plan_stages``). Each stage runs
 its nodes in their order and its own loop variables; only the values the second stage reads
 are handed over. Values are bit for bit those of one thread; traced steps run one thread.
+
+On the host, a loop variable summed over iterations (a gradient loop's weight gradients)
+is added in place from the second iteration (K_ACC), and a product summed so is added into
+the sum by the device's own kernel where it has one (K_ACC_MM, ``Device.accumulate_product``).
 """
 
 from __future__ import annotations
@@ -43,6 +47,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.runtime.device import Device
 from tensorweave.runtime.step import (
     K_BINARY,
     K_GENERIC,
@@ -67,6 +72,11 @@ K_MOVE = 17
 # A loop variable's accumulation ``acc = acc + g`` on the host (``_accumulate_in_place``): from
 # its second iteration the sum is written into the array the node made the iteration before.
 K_ACC = 18
+# The same where ``g`` is a MatMul read by nothing else, on a device that adds a product into
+# its output (``Device.accumulate_product``): ``acc += a @ b`` in one kernel from the second
+# iteration. ``b`` is (slot of a, slot of b, the MatMul's kernel, its node, the device's hook,
+# the device).
+K_ACC_MM = 19
 # Kernels with any number of inputs (their slots in the step's ``a``; ``b`` is 1 when their
 # outputs may be big enough for the allocator to track): one output, without and with the
 # step's context, or several outputs (the node in ``x``). Called directly, not through
@@ -167,6 +177,9 @@ class CompiledLoop:
                     for s, d in x:
                         lv[d] = lv[s]
                     continue
+                if kind == K_ACC_MM:  # traced: the product and the sum, each recorded
+                    self._trace_accumulated_product(stats, dev, tid, alloc, (fn, a, b, kind, out, x), lv, i)
+                    continue
                 t0 = clock()
                 try:
                     if kind in (K_BINARY, K_ACC):  # (an accumulation traced: the kernel)
@@ -188,6 +201,24 @@ class CompiledLoop:
             i += 1
             if not i % _CHECK_EVERY:
                 self._check(state, i)
+
+    def _trace_accumulated_product(self, stats, dev, tid, alloc, st, lv, i):
+        """A K_ACC_MM step of a traced run: the MatMul, then the Add, as two kernels."""
+        fn, a, b, _kind, out, x = st
+        clock = time.perf_counter_ns
+        for node, call in ((b[3], lambda: _product(b, lv[b[0]], lv[b[1]])), (x, None)):
+            t0 = clock()
+            try:
+                if call is not None:
+                    g = call()
+                    outs = [g]
+                else:
+                    lv[out] = fn(lv[a], g)
+                    outs = [lv[out]]
+            except Exception as e:  # noqa: BLE001
+                raise wrap_kernel_error(e, node.op, self.device) from (None if isinstance(e, errors.OpError) else e)
+            t1 = clock()
+            stats.add(dev, node.op.name, node.op.type, t0, t0, t1, t1, tid, outs, alloc, None, self.frame, i)
 
     def _iterate_in_stages(self, state, lv):
         """``_iterate`` as a two-stage pipeline (``_Stages``): this thread runs iteration t+1's
@@ -226,6 +257,15 @@ class CompiledLoop:
         return wrap_kernel_error(e, node.op if node is not None else None, self.device)
 
 
+def _product(b, p, q):
+    """A K_ACC_MM step's product by the MatMul's own kernel (``b``: the step's extra), its
+    errors named after the MatMul."""
+    try:
+        return b[2](p, q)
+    except Exception as e:  # noqa: BLE001
+        raise wrap_kernel_error(e, b[3].op, b[5]) from (None if isinstance(e, errors.OpError) else e)
+
+
 def _run_steps(steps, lv, state, truth, track, loop, repeat=False) -> bool:
     """One pass over ``steps`` (a stage of an iteration), or with ``repeat`` passes until the
     predicate is false (the whole loop; the step's cancellation and deadline looked at every
@@ -253,6 +293,17 @@ def _run_steps(steps, lv, state, truth, track, loop, repeat=False) -> bool:
                         np.add(acc, g, out=acc)  # this step's own array of the iteration before
                     else:
                         lv[out] = fn(acc, g)
+                elif kind == K_ACC_MM:
+                    acc, p, q = lv[a], lv[b[0]], lv[b[1]]
+                    if lv[out] is acc and type(acc) is np.ndarray and acc.flags.writeable:
+                        if not b[4](acc, p, q):  # the device took none: the product, added in place
+                            g = _product(b, p, q)
+                            if type(g) is np.ndarray and g.shape == acc.shape and g.dtype == acc.dtype:
+                                np.add(acc, g, out=acc)
+                            else:
+                                lv[out] = fn(acc, g)
+                    else:
+                        lv[out] = fn(acc, _product(b, p, q))
                 elif kind == K_NULLARY:
                     lv[out] = fn()
                 elif kind == K_NARY:
@@ -623,6 +674,8 @@ def _compile_frame(f, members, in_f, edges, device, to_host):
     pairs = [(slot(merge_next[m].ins[0]), m.outs[0]) for m in merges]
     if device.host_tensors:
         steps = _accumulate_in_place(steps, pairs)
+        if type(device).accumulate_product is not Device.accumulate_product:
+            steps = _accumulate_products(steps, device)
     # (host memory only: a device's kernels, e.g. OpenCL's, need not be callable from two threads)
     stages = _plan_stages(members, in_f, skip, body, data_in, ctrl_in, steps, slot_node, pairs, exit_srcs,
                           slot) if device.host_tensors else None
@@ -661,12 +714,53 @@ def _accumulate_in_place(steps, pairs) -> list:
     var_of = {src: dst for src, dst in pairs}
     out = []
     for st in steps:
-        fn, a, b, kind, o, x = st
-        if kind == K_BINARY and x is not None and x.op.type in ("Add", "AddV2") and var_of.get(o) == a != b \
-                and readers.get(a) == 1 and readers.get(o) == 1 and x.op.outputs[0].dtype.is_floating:
-            st = (fn, a, b, K_ACC, o, x)
+        ab = _binary_inputs(st)
+        if ab is not None:
+            (a, b), fn, o, x = ab, st[0], st[4], st[5]
+            if x.op.type in ("Add", "AddV2") and var_of.get(o) == a != b and readers.get(a) == 1 \
+                    and readers.get(o) == 1 and x.op.outputs[0].dtype.is_floating:
+                st = (fn, a, b, K_ACC, o, x)
         out.append(st)
     return out
+
+
+def _binary_inputs(st):
+    """The two input slots of a step calling a node's kernel on two inputs (a K_BINARY step,
+    or a K_NARY one: a kernel whose output is big enough to be tracked), else None."""
+    kind, x = st[3], st[5]
+    if x is None or isinstance(x, tuple):
+        return None
+    if kind == K_BINARY:
+        return st[1], st[2]
+    if kind == K_NARY and len(st[1]) == 2:
+        return st[1]
+    return None
+
+
+def _accumulate_products(steps, device) -> list:
+    """``steps`` with each K_ACC step whose addend is a MatMul read by nothing else as one
+    K_ACC_MM step in the accumulation's place (the product's inputs are still there: a
+    slot is written once per iteration), the MatMul's own step gone."""
+    readers: dict = {}
+    for st in steps:
+        for i in _reads(st):
+            readers[i] = readers.get(i, 0) + 1
+    producer = {st[4]: st for st in steps if _binary_inputs(st) is not None}
+    fused, out = set(), []
+    for st in steps:
+        fn, a, b, kind, o, x = st
+        mm = producer.get(b) if kind == K_ACC else None
+        if mm is not None and mm[5].op.type == "MatMul" and readers.get(b) == 1:
+            node = mm[5]
+            p, q = _binary_inputs(mm)
+            ta, tb = node.op.get_attr("transpose_a"), node.op.get_attr("transpose_b")
+
+            def into(acc, p, q, ta=ta, tb=tb):
+                return device.accumulate_product(acc, p.T if ta else p, q.T if tb else q)
+            fused.add(id(mm))
+            st = (fn, a, (p, q, mm[0], node, into, device), K_ACC_MM, o, x)
+        out.append(st)
+    return [st for st in out if id(st) not in fused]
 
 
 def _encode(n, steps, slot_node, slot):
@@ -727,6 +821,13 @@ def _plan_stages(members, in_f, skip, body, data_in, ctrl_in, steps, slot_node, 
     real = [n for n in members if n not in skip]
     preds = {n: _real_preds(n, in_f, skip, data_in, ctrl_in) for n in real}
     comp = _components(real, preds)
+    # A product added into a sum by one step (K_ACC_MM) is computed in the sum's stage: the
+    # two nodes are one unit there (the product's only reader is the sum: no cycle forms).
+    for st in steps:
+        if st[3] == K_ACC_MM:
+            mm, add = st[2][3], st[5]
+            if mm in comp and add in comp and sum(1 for n in real if comp[n] == comp[mm]) == 1:
+                comp[mm] = comp[add]
     cost: dict = {}
     for n in real:
         cost[comp[n]] = cost.get(comp[n], 0.0) + _stage_cost(n.op)
@@ -869,6 +970,8 @@ def _reads(st) -> tuple:
     kind = st[3]
     if kind in (K_BINARY, K_ACC):
         return (st[1], st[2])
+    if kind == K_ACC_MM:
+        return (st[1], st[2][0], st[2][1])
     if kind in (K_UNARY, K_PRED):
         return (st[1],)
     if kind in (K_NARY, K_CTX, K_MULTI):

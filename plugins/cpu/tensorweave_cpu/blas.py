@@ -153,6 +153,19 @@ def matmul(a, b, out=None):
     return np.matmul(a, b) if out is None else np.matmul(a, b, out=out)
 
 
+def accumulate(acc, a, b) -> bool:
+    """``acc += a @ b`` into ``acc`` by oneDNN's sgemm with beta = 1, one thread, for the
+    products it takes (as ``matmul``); False, with nothing written, for others. (An LSTM
+    gradient's [400, 32] x [32, 800] added to its sum: 177-214 us against 273-495 for the
+    product and then the addition.)"""
+    if acc.ndim != 2 or a.ndim != 2 or b.ndim != 2 or acc.shape != (a.shape[0], b.shape[1]) \
+            or a.shape[1] != b.shape[0]:
+        return False
+    flops = 2.0 * a.shape[0] * a.shape[1] * b.shape[1]
+    return (ONEDNN_MIN_FLOPS <= flops < SMALL_FLOPS and a.dtype.char == "f" == b.dtype.char == acc.dtype.char
+            and onednn.enabled() and onednn.sgemm(a, b, acc, beta=1.0))
+
+
 def max_threads() -> int | None:
     """The BLAS's own thread count, which large products use (None: the policy is not active)."""
     return _state.get("max") if _controllers() else None

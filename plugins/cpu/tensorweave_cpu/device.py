@@ -94,6 +94,11 @@ class CPUDevice(Device):
     def copy_from(self, value, src):
         return src.to_host(value)
 
+    def accumulate_product(self, acc, a, b) -> bool:
+        from tensorweave_cpu import blas
+
+        return blas.accumulate(acc, a, b)
+
 
 class CPUDeviceFactory(DeviceFactory):
     device_type = "CPU"

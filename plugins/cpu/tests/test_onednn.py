@@ -305,3 +305,38 @@ def test_a_session_product_and_its_gradients_on_onednn_match_float64(on):
     x64, w64, dy64 = x.astype(np.float64), w.astype(np.float64), dy.astype(np.float64)
     for a, want in zip(got, [x64 @ w64, dy64 @ w64.T, x64.T @ dy64]):
         np.testing.assert_allclose(a, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
+
+
+@pytest.mark.parametrize("a_how", ["rows", "transposed"])
+def test_a_product_is_added_into_a_sum_in_place(on, a_how):
+    """``CPUDevice.accumulate_product`` (blas.accumulate): sum += a @ b by sgemm with
+    beta = 1, written into the sum; loops' gradient sums of an LSTM cell's products use it."""
+    from tensorweave_cpu.device import CPUDevice
+
+    rng = np.random.default_rng(5)
+    a, b = _layouts(rng, 400, 32, a_how), rng.normal(size=(32, 800)).astype(np.float32)
+    acc = rng.normal(size=(400, 800)).astype(np.float32)
+    want = acc.astype(np.float64) + a.astype(np.float64) @ b
+    where = acc.__array_interface__["data"][0]
+    dev = CPUDevice("/job:localhost/replica:0/task:0/device:CPU:0", None)
+    assert dev.accumulate_product(acc, a, b) is True
+    assert acc.__array_interface__["data"][0] == where
+    np.testing.assert_allclose(acc, want, rtol=1e-5, atol=1e-4)
+
+
+@pytest.mark.parametrize("case", ["small", "float64", "wrong shape", "switched off"])
+def test_products_oneDNN_does_not_take_are_not_added(monkeypatch, case):
+    from tensorweave_cpu import blas
+
+    monkeypatch.setitem(onednn._state, "on", case != "switched off")
+    rng = np.random.default_rng(6)
+    a, b = rng.normal(size=(400, 32)).astype(np.float32), rng.normal(size=(32, 800)).astype(np.float32)
+    acc = np.zeros((400, 800), np.float32)
+    if case == "small":
+        a, b, acc = a[:40, :4], b[:4, :40], acc[:40, :40].copy()
+    elif case == "float64":
+        a, b, acc = a.astype(np.float64), b.astype(np.float64), acc.astype(np.float64)
+    elif case == "wrong shape":
+        acc = np.zeros((400, 799), np.float32)
+    assert blas.accumulate(acc, a, b) is False
+    assert not acc.any()
