@@ -14,6 +14,7 @@ from tensorweave.kernels import state as core_state
 FAMILIES = ("array", "math", "random", "nn", "training", "checkpoint", "io", "compression", "sparse", "sampling",
             "indexing", "embedding", "strings")
 FAMILIES += ("normalization", "depthwise", "image")  # batch norm and LRN, depthwise convolution, resizing
+FAMILIES += ("rows",)  # float ScatterAdd/ScatterSub by compiled loops, ahead of the core's
 
 
 def register_all(registry):
