@@ -329,6 +329,7 @@ class Convolution:
             made = self._made.get(kind)
             if made is not None:
                 return made
+            _omp_threads(_team())  # (sized for the whole team: see Convolutions.get)
             lib, engine = self._lib, _state["engine"]
             if kind == "forward":
                 pd, query = self._fwd_pd, _QUERY_WEIGHTS_MD
@@ -395,6 +396,7 @@ class Convolution:
                 mems.append(m)
             exec_args = _ARG_ARRAYS[len(args)](*[_ExecArg(a, m) for (a, _, _), m in zip(args, mems)])
             with _exec_lock:
+                _omp_threads(_team())  # (a product on this thread may have asked for one)
                 _check(lib.dnnl_primitive_execute(prim, _stream(), len(args), exec_args), "execution")
         finally:
             for m in mems:
@@ -461,6 +463,9 @@ class Convolutions:
         pt, pb, pl, pr = pads
         if min(pads) >= 0 and (h + pt + pb - (kh - 1) * dh - 1) // sh + 1 == oh \
                 and (w + pl + pr - (kw - 1) * dw - 1) // sw + 1 == ow and min(n, c, h, w, co, oh, ow) > 0:
+            # oneDNN sizes a primitive's work split for the team this thread would run now:
+            # the whole team, whatever a product on this thread asked for before.
+            _omp_threads(_team())
             conv = Convolution.make(n, c, h, w, co, kh, kw, oh, ow, self.fmt, self.strides, self.dilations, pads)
         if len(self._by_shape) >= self.MAX:
             self._by_shape.pop(next(iter(self._by_shape)))
@@ -489,44 +494,51 @@ def _operand(x):
     return None
 
 
-def _omp_threads(n: int) -> None:
-    """This thread's OpenMP team size for its next oneDNN calls (an OpenMP setting of the
-    calling thread: a product on one executor thread does not change another's)."""
-    if getattr(_local, "omp", None) == n:
-        return
+def _omp():
+    """GNU OpenMP, the runtime libdnnl loaded (False when it cannot be found), and the team
+    size a thread gets by default (``OMP_NUM_THREADS``, else one per core)."""
     omp = _state.get("omp")
     if omp is None:
         try:
-            omp = ctypes.CDLL("libgomp.so.1")  # the OpenMP runtime libdnnl loaded
+            omp = ctypes.CDLL("libgomp.so.1")
+            _state["team"] = max(1, omp.omp_get_max_threads())
         except OSError:
             omp = False
         _state["omp"] = omp
+    return omp
+
+
+def _team() -> int:
+    """The team size convolutions run with: OpenMP's default."""
+    if not _omp():
+        return 1
+    return _state["team"]
+
+
+def _omp_threads(n: int) -> None:
+    """This thread's OpenMP team size for its next oneDNN calls (an OpenMP setting of the
+    calling thread, ``omp_set_num_threads``: a product on one executor thread does not change
+    another's, but it does change this thread's later convolutions, which set theirs back)."""
+    if getattr(_local, "omp", None) == n:
+        return
+    omp = _omp()
     if omp:
         omp.omp_set_num_threads(n)
-    _local.omp = n
+        _local.omp = n
 
 
-def sgemm(a, b, c, beta: float = 0.0, threads: int = 1) -> bool:
+def sgemm(a, b, c, beta: float = 0.0) -> bool:
     """``c = a @ b + beta * c`` for 2-D float32 arrays (``c`` of the product's shape, its rows
-    evenly spaced: a block of columns of a wider array will do), on ``threads`` cores;
-    False, with nothing written, where an array's layout is not one oneDNN takes (then the
-    caller computes it). One thread: concurrent calls from several executor threads run
-    side by side; more: one call at a time in the process (one OpenMP team on the cores, as
-    for convolutions)."""
+    evenly spaced: a block of columns of a wider array will do), on this thread alone (so
+    concurrent calls from several executor threads run side by side); False, with nothing
+    written, where an array's layout is not one oneDNN takes (then the caller computes it)."""
     la, lb, lc = _operand(a), _operand(b), _operand(c)
     if la is None or lb is None or lc is None or lc[0] != b"N":
         return False
     m, k = a.shape
     n = b.shape[1]
-    lib = _state["lib"]
-    args = (la[0], lb[0], m, n, k, 1.0, a.ctypes.data, la[1], b.ctypes.data, lb[1], beta, c.ctypes.data, lc[1])
-    if threads == 1:
-        _omp_threads(1)
-        status = lib.dnnl_sgemm(*args)
-    else:
-        with _exec_lock:
-            _omp_threads(threads)
-            status = lib.dnnl_sgemm(*args)
-    _check(status, "sgemm")
+    _omp_threads(1)
+    _check(_state["lib"].dnnl_sgemm(la[0], lb[0], m, n, k, 1.0, a.ctypes.data, la[1], b.ctypes.data, lb[1], beta,
+                                    c.ctypes.data, lc[1]), "sgemm")
     products["sgemm"] += 1
     return True

@@ -340,3 +340,46 @@ def test_products_oneDNN_does_not_take_are_not_added(monkeypatch, case):
         acc = np.zeros((400, 799), np.float32)
     assert blas.accumulate(acc, a, b) is False
     assert not acc.any()
+
+
+def test_a_convolution_after_a_product_on_the_same_thread_gets_the_whole_team(on, monkeypatch):
+    """Products ask OpenMP for a team of one on their thread (``omp_set_num_threads`` is a
+    per-thread setting); a convolution on that thread afterwards must ask for the whole team
+    again, both when oneDNN makes its primitives (it sizes their work split for the team of
+    the moment) and when it runs them, or it would run on one core (the convnet step went
+    0.99x -> 1.35-1.6x TF's)."""
+    from tensorweave_cpu import blas
+
+    omp = onednn._omp()
+    if not omp:
+        pytest.skip("GNU OpenMP is not loaded")
+    teams = []
+    real_make, real_direction = onednn.Convolution.make, onednn.Convolution._direction
+
+    def make(*a, **k):
+        teams.append(omp.omp_get_max_threads())
+        return real_make(*a, **k)
+
+    def direction(self, kind):
+        if kind not in self._made:
+            teams.append(omp.omp_get_max_threads())
+        return real_direction(self, kind)
+    monkeypatch.setattr(onednn.Convolution, "make", staticmethod(make))
+    monkeypatch.setattr(onednn.Convolution, "_direction", direction)
+    rng = np.random.default_rng(7)
+    blas.matmul(rng.normal(size=(32, 400)).astype(np.float32), rng.normal(size=(400, 800)).astype(np.float32))
+    assert omp.omp_get_max_threads() == 1
+    x = rng.normal(size=(2, 9, 9, 3)).astype(np.float32)
+    f = rng.normal(size=(3, 3, 3, 4)).astype(np.float32)
+    before = onednn.stats["forward"]
+    g = tw.Graph()
+    with g.as_default():
+        xp, fp = tw.placeholder(tw.float32, x.shape), tw.placeholder(tw.float32, f.shape)
+        y = tw.nn.conv2d(xp, fp, strides=[1, 1, 1, 1], padding="SAME")
+    with tw.Session(graph=g, config=tw.ConfigProto(device_count={"OPENCL": 0})) as s:
+        s.run(y, {xp: x, fp: f})  # a one-node plan: run on this thread
+    assert onednn.stats["forward"] == before + 1
+    team = onednn._team()
+    assert team == (int(os.environ.get("OMP_NUM_THREADS", 0)) or os.cpu_count())
+    assert omp.omp_get_max_threads() == team
+    assert len(teams) == 2 and set(teams) == {team}, teams  # made, then its forward primitive
