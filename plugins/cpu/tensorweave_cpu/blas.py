@@ -118,10 +118,23 @@ def _split_matmul(a, b, out, parts):
 
 # float32 2-D products from ONEDNN_MIN_FLOPS up to SMALL_FLOPS run on oneDNN's sgemm, on one
 # thread, when the cpu plugin's ``onednn`` extra is installed (onednn.py: faster from a few
-# MFLOP, slower below; 1.6-2x for an LSTM cell's products). Large ones stay split over the
-# cores on OpenBLAS: oneDNN was faster for some shapes and slower for others, in blocks or
-# on its own OpenMP team, by less than this machine's noise.
+# MFLOP, slower below; 1.6-2x for an LSTM cell's products).
 ONEDNN_MIN_FLOPS = 4e6
+# Large products with a short inner dimension (a language model's softmax, [1120, 200] x
+# [200, 10000]) run on oneDNN's OpenMP team: 29.7-38.8 ms against 33.7-45.6 split by rows on
+# OpenBLAS (LSTM benchmark 1.12x -> 1.09x TF in one pair of runs). Other large ones stay
+# split over the cores on OpenBLAS: oneDNN, in blocks or on its team, was faster for some
+# and slower for others (the matmul and branches benchmarks) within this machine's noise.
+ONEDNN_TEAM_MAX_INNER = 256
+
+
+def _on_team(a, b, out):
+    """``a @ b`` by oneDNN on OpenMP's team (float32, the extra installed), or None."""
+    if a.dtype.char == "f" == b.dtype.char and (out is None or out.dtype.char == "f") and onednn.enabled():
+        c = np.empty((a.shape[0], b.shape[1]), np.float32) if out is None else out
+        if onednn.sgemm(a, b, c, team=True):
+            return c
+    return None
 
 
 def matmul(a, b, out=None):
@@ -139,6 +152,8 @@ def matmul(a, b, out=None):
                     return c
             if _state.get("now", 0) != 1:
                 use_threads_for(flops)
+        elif k <= ONEDNN_TEAM_MAX_INNER and (c := _on_team(a, b, out)) is not None:
+            return c
         elif a.dtype == b.dtype and a.dtype.char in "fd" and (out is None or out.dtype == a.dtype) \
                 and _controllers() and _state["max"] > 1 and max(m, n) >= 2 * SPLIT_MIN_ROWS:
             return _split_matmul(a, b, out, _state["max"])

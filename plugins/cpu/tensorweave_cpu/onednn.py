@@ -478,9 +478,10 @@ class Convolutions:
 # on this project's 2-core machines: an LSTM cell's [32, 400] x [400, 800] 240-250 us against
 # 380-520, its backward [32, 800] x T[400, 800] 200 against 360-520; mid-sized products
 # 0.82-0.9x; below a few MFLOP OpenBLAS is faster (the mlp's [64, 64] x [64, 128]: 26-30 us
-# against 15-21). blas.py decides which products come here (on both cores, oneDNN's OpenMP
-# team and OpenBLAS split by rows were each faster for some large shapes, by less than this
-# machine's noise: those stay OpenBLAS's).
+# against 15-21). On its OpenMP team, a large product with a short inner dimension: a
+# language model's softmax [1120, 200] x [200, 10000] 29.7-38.8 ms against 33.7-45.6 split by
+# rows over the cores on OpenBLAS (other large shapes were faster on either, within this
+# machine's noise: those stay OpenBLAS's). blas.py decides which products come here.
 
 def _operand(x):
     """(b"N" or b"T", leading dimension) describing the 2-D float32 array ``x`` as a row-major
@@ -527,18 +528,25 @@ def _omp_threads(n: int) -> None:
         _local.omp = n
 
 
-def sgemm(a, b, c, beta: float = 0.0) -> bool:
+def sgemm(a, b, c, beta: float = 0.0, team: bool = False) -> bool:
     """``c = a @ b + beta * c`` for 2-D float32 arrays (``c`` of the product's shape, its rows
-    evenly spaced: a block of columns of a wider array will do), on this thread alone (so
-    concurrent calls from several executor threads run side by side); False, with nothing
-    written, where an array's layout is not one oneDNN takes (then the caller computes it)."""
+    evenly spaced: a block of columns of a wider array will do); False, with nothing
+    written, where an array's layout is not one oneDNN takes (then the caller computes it).
+    On this thread alone, so concurrent calls from several executor threads run side by
+    side; with ``team`` on OpenMP's whole team, one such call at a time in the process (as
+    convolutions)."""
     la, lb, lc = _operand(a), _operand(b), _operand(c)
     if la is None or lb is None or lc is None or lc[0] != b"N":
         return False
     m, k = a.shape
     n = b.shape[1]
-    _omp_threads(1)
-    _check(_state["lib"].dnnl_sgemm(la[0], lb[0], m, n, k, 1.0, a.ctypes.data, la[1], b.ctypes.data, lb[1], beta,
-                                    c.ctypes.data, lc[1]), "sgemm")
+    args = (la[0], lb[0], m, n, k, 1.0, a.ctypes.data, la[1], b.ctypes.data, lb[1], beta, c.ctypes.data, lc[1])
+    if team:
+        with _exec_lock:
+            _omp_threads(_team())
+            _check(_state["lib"].dnnl_sgemm(*args), "sgemm")
+    else:
+        _omp_threads(1)
+        _check(_state["lib"].dnnl_sgemm(*args), "sgemm")
     products["sgemm"] += 1
     return True

@@ -3,7 +3,7 @@ Conv2D and both its gradients give what the CPU's own im2col + BLAS paths give i
 both layouts, strides, dilations and every padding; other dtypes and switched-off oneDNN take
 the own paths; batch sizes change; concurrent steps share the primitives safely. Its float32
 products (``sgemm`` through blas.matmul) in every operand layout, small, float64 and odd
-layouts left to OpenBLAS, concurrent ones beside a large one (OpenBLAS's)."""
+layouts left to OpenBLAS, large ones by their inner dimension beside concurrent small ones."""
 
 import concurrent.futures
 import os
@@ -266,26 +266,32 @@ def test_other_products_take_openblas(monkeypatch, case):
     np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-3)
 
 
-def test_concurrent_products_stay_correct_and_large_ones_stay_on_openblas(on):
-    """Products on one thread each, side by side (two-stage loops make them concurrently),
-    beside a large one (SMALL_FLOPS and more), which blas.py splits over the cores on
-    OpenBLAS."""
+@pytest.mark.parametrize("inner,on_onednn", [(200, True), (400, False)])
+def test_large_products_by_their_inner_dimension_and_concurrent_ones_stay_correct(on, inner, on_onednn):
+    """A large product (SMALL_FLOPS and more) with a short inner dimension runs on oneDNN's
+    OpenMP team (one at a time), one with a long one split over the cores on OpenBLAS; small
+    products run on their callers' threads side by side beside it (two-stage loops make
+    them concurrently)."""
     from tensorweave_cpu import blas
 
     rng = np.random.default_rng(2)
-    big_a, big_b = rng.normal(size=(1120, 200)).astype(np.float32), rng.normal(size=(200, 1000)).astype(np.float32)
-    assert 2.0 * 1120 * 200 * 1000 >= blas.SMALL_FLOPS
+    big_a = rng.normal(size=(1120, inner)).astype(np.float32)
+    big_b = rng.normal(size=(inner, 1000)).astype(np.float32)
+    assert 2.0 * 1120 * inner * 1000 >= blas.SMALL_FLOPS
+    assert (inner <= blas.ONEDNN_TEAM_MAX_INNER) == on_onednn
+    big_want = big_a.astype(np.float64) @ big_b
     before = onednn.products["sgemm"]
-    np.testing.assert_allclose(blas.matmul(big_a, big_b), big_a.astype(np.float64) @ big_b, rtol=1e-5, atol=1e-3)
-    assert onednn.products["sgemm"] == before
+    np.testing.assert_allclose(blas.matmul(big_a, big_b), big_want, rtol=1e-5, atol=1e-5 * np.abs(big_want).max())
+    assert onednn.products["sgemm"] == before + on_onednn
     pairs = [(rng.normal(size=(32, 400)).astype(np.float32), rng.normal(size=(400, 800)).astype(np.float32))
              for _ in range(4)] + [(big_a, big_b)]
     wants = [a.astype(np.float64) @ b.astype(np.float64) for a, b in pairs]
+    before = onednn.products["sgemm"]
     with concurrent.futures.ThreadPoolExecutor(4) as pool:
         for _ in range(5):
             for got, want in zip(pool.map(lambda ab: blas.matmul(*ab), pairs), wants):
                 np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-5 * np.abs(want).max())
-    assert onednn.products["sgemm"] == before + 20
+    assert onednn.products["sgemm"] == before + 5 * (4 + on_onednn)
 
 
 def test_a_session_product_and_its_gradients_on_onednn_match_float64(on):
