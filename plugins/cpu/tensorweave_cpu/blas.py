@@ -120,12 +120,14 @@ def _split_matmul(a, b, out, parts):
 # thread, when the cpu plugin's ``onednn`` extra is installed (onednn.py: faster from a few
 # MFLOP, slower below; 1.6-2x for an LSTM cell's products).
 ONEDNN_MIN_FLOPS = 4e6
-# Large products with a short inner dimension (a language model's softmax, [1120, 200] x
-# [200, 10000]) run on oneDNN's OpenMP team: 29.7-38.8 ms against 33.7-45.6 split by rows on
-# OpenBLAS (LSTM benchmark 1.12x -> 1.09x TF in one pair of runs). Other large ones stay
-# split over the cores on OpenBLAS: oneDNN, in blocks or on its team, was faster for some
-# and slower for others (the matmul and branches benchmarks) within this machine's noise.
-ONEDNN_TEAM_MAX_INNER = 256
+# Large products with a short inner dimension or few output columns (a language model's
+# softmax, [1120, 200] x [200, 10000], and its input gradient [1120, 10000] x T[200, 10000])
+# run on oneDNN's OpenMP team: 29.7-38.8 ms against 33.7-45.6 split by rows on OpenBLAS, the
+# gradient 16.1-23.5 against 17.4-26.6 (LSTM benchmark 1.12x -> 1.09x TF in one pair of runs
+# with the first). Other large ones stay split over the cores on OpenBLAS: oneDNN, in blocks
+# or on its team, was faster for some and slower for others (the softmax's weight gradient
+# [200, 1120] x [1120, 10000], the matmul and branches benchmarks) within this machine's noise.
+ONEDNN_TEAM_MAX_SHORT = 256
 
 
 def _on_team(a, b, out):
@@ -152,7 +154,7 @@ def matmul(a, b, out=None):
                     return c
             if _state.get("now", 0) != 1:
                 use_threads_for(flops)
-        elif k <= ONEDNN_TEAM_MAX_INNER and (c := _on_team(a, b, out)) is not None:
+        elif min(k, n) <= ONEDNN_TEAM_MAX_SHORT and (c := _on_team(a, b, out)) is not None:
             return c
         elif a.dtype == b.dtype and a.dtype.char in "fd" and (out is None or out.dtype == a.dtype) \
                 and _controllers() and _state["max"] > 1 and max(m, n) >= 2 * SPLIT_MIN_ROWS:

@@ -478,10 +478,11 @@ class Convolutions:
 # on this project's 2-core machines: an LSTM cell's [32, 400] x [400, 800] 240-250 us against
 # 380-520, its backward [32, 800] x T[400, 800] 200 against 360-520; mid-sized products
 # 0.82-0.9x; below a few MFLOP OpenBLAS is faster (the mlp's [64, 64] x [64, 128]: 26-30 us
-# against 15-21). On its OpenMP team, a large product with a short inner dimension: a
-# language model's softmax [1120, 200] x [200, 10000] 29.7-38.8 ms against 33.7-45.6 split by
-# rows over the cores on OpenBLAS (other large shapes were faster on either, within this
-# machine's noise: those stay OpenBLAS's). blas.py decides which products come here.
+# against 15-21). On its OpenMP team, a large product with a short inner dimension or few
+# output columns: a language model's softmax [1120, 200] x [200, 10000] 29.7-38.8 ms against
+# 33.7-45.6 split by rows over the cores on OpenBLAS (other large shapes were faster on
+# either, within this machine's noise: those stay OpenBLAS's). blas.py decides which
+# products come here.
 
 def _operand(x):
     """(b"N" or b"T", leading dimension) describing the 2-D float32 array ``x`` as a row-major

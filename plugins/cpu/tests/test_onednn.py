@@ -266,19 +266,19 @@ def test_other_products_take_openblas(monkeypatch, case):
     np.testing.assert_allclose(got, a.astype(np.float64) @ b.astype(np.float64), rtol=1e-5, atol=1e-3)
 
 
-@pytest.mark.parametrize("inner,on_onednn", [(200, True), (400, False)])
-def test_large_products_by_their_inner_dimension_and_concurrent_ones_stay_correct(on, inner, on_onednn):
-    """A large product (SMALL_FLOPS and more) with a short inner dimension runs on oneDNN's
-    OpenMP team (one at a time), one with a long one split over the cores on OpenBLAS; small
-    products run on their callers' threads side by side beside it (two-stage loops make
-    them concurrently)."""
+@pytest.mark.parametrize("inner,cols,on_onednn", [(200, 1000, True), (1000, 200, True), (400, 1000, False)])
+def test_large_products_by_their_shape_and_concurrent_ones_stay_correct(on, inner, cols, on_onednn):
+    """A large product (SMALL_FLOPS and more) with a short inner dimension or few output
+    columns runs on oneDNN's OpenMP team (one at a time), others split over the cores on
+    OpenBLAS; small products run on their callers' threads side by side beside it
+    (two-stage loops make them concurrently)."""
     from tensorweave_cpu import blas
 
     rng = np.random.default_rng(2)
     big_a = rng.normal(size=(1120, inner)).astype(np.float32)
-    big_b = rng.normal(size=(inner, 1000)).astype(np.float32)
-    assert 2.0 * 1120 * inner * 1000 >= blas.SMALL_FLOPS
-    assert (inner <= blas.ONEDNN_TEAM_MAX_INNER) == on_onednn
+    big_b = rng.normal(size=(inner, cols)).astype(np.float32)
+    assert 2.0 * 1120 * inner * cols >= blas.SMALL_FLOPS
+    assert (min(inner, cols) <= blas.ONEDNN_TEAM_MAX_SHORT) == on_onednn
     big_want = big_a.astype(np.float64) @ big_b
     before = onednn.products["sgemm"]
     np.testing.assert_allclose(blas.matmul(big_a, big_b), big_want, rtol=1e-5, atol=1e-5 * np.abs(big_want).max())
