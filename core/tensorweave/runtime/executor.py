@@ -49,6 +49,7 @@ from tensorweave.runtime.step import (
     StepContext,
     StepState,
     StepStatsCollector,
+    assign_frees,
     enter_loop,
     estimate_flops,
     in_loop,
@@ -422,14 +423,8 @@ class _Compiler:
             for s in n.outs:
                 if s in big_slots and s not in keep and s not in used:
                     frees_after.setdefault(i, []).append(s)
-        freeable = self.freeable = (big_slots | self.recv_big) - keep
-        dyn_uses: dict[int, int] = {}
-        for n in order:
-            n.frees = tuple(s for s in set(n.ins) | {src for _fn, src, _slot in n.pre if src >= 0}
-                            | {s for s in n.outs if s not in used} if s in freeable)
-            for s in n.frees:
-                dyn_uses[s] = dyn_uses.get(s, 0) + 1
-        return frees_after, dyn_uses
+        self.freeable = (big_slots | self.recv_big) - keep
+        return frees_after, assign_frees(order, self.freeable)
 
     def encode_steps(self, order, frees_after, end_reads) -> tuple[list, dict, list]:
         """The flat schedule the sequential loop runs: (fn, input slot a, input slot b, step

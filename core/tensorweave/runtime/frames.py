@@ -38,7 +38,15 @@ import numpy as np
 from tensorweave.framework import errors
 from tensorweave.runtime.loops import LOOP_OP_TYPE, collapse_loops
 from tensorweave.runtime.rendezvous import make_key
-from tensorweave.runtime.step import DEAD, StepState, enter_loop, in_loop, leave_loop, transfer_record
+from tensorweave.runtime.step import (
+    DEAD,
+    StepState,
+    assign_frees,
+    enter_loop,
+    in_loop,
+    leave_loop,
+    transfer_record,
+)
 
 ROOT = ""  # the root frame's name; its instance key is 0 so root transfers match executor.py's keys
 
@@ -65,7 +73,11 @@ class FrameInfo:
             nodes, edges, self.general_loops = collapse_loops(
                 nodes, edges, recv_frames, set(loops), part.device, part._to_host)
         self.nodes = nodes
-        self.root_uses = self._root_frees(nodes, freeable)
+        # Only the root iteration drops values (a loop's own slots are cleared when it ends, an
+        # iteration's with it): its nodes run once a step, so a slot is dead once every node
+        # freeing it has finished, run or dead. (A child frame's slots are counted too but
+        # never reach zero: only the root's finishes count.)
+        self.root_uses = assign_frees(nodes, freeable)
         # Per-node facts live on the nodes (one attribute read per activation at run time):
         # role, f_out ((output index, ((consumer, input position), ...)), ...), f_ctrl (control
         # consumers), f_nin (edges a non-Merge waits for), f_merge ((data inputs expected, control
@@ -117,23 +129,6 @@ class FrameInfo:
             if n.role == R_LOOPCOND:
                 self.cond_of[n] = None           # the frame of whatever iteration runs it
         self.sources = [n for n in nodes if n.f_nin == 0 and n.role != R_MERGE]
-
-
-    @staticmethod
-    def _root_frees(nodes, freeable) -> dict:
-        """Each node's ``frees`` (the freeable slots it reads, or writes and nobody reads) and
-        how many nodes free each slot. Only the root iteration drops values (a loop's own
-        slots are cleared when it ends, an iteration's with it): its nodes run once per step,
-        so a slot is dead once every node that frees it has finished, run or dead. (A slot
-        of a child frame is counted too but never reaches zero: only root finishes count.)"""
-        used = {s for n in nodes for s in n.ins} | {src for n in nodes for _fn, src, _slot in n.pre if src >= 0}
-        uses: dict = {}
-        for n in nodes:
-            n.frees = tuple(s for s in {*n.ins, *(src for _fn, src, _slot in n.pre if src >= 0),
-                                        *(s for s in n.outs if s not in used)} if s in freeable)
-            for s in n.frees:
-                uses[s] = uses.get(s, 0) + 1
-        return uses
 
 
 class _Frame:

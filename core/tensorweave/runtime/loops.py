@@ -675,7 +675,7 @@ def _compile_frame(f, members, in_f, edges, device, to_host):
     if device.host_tensors:
         steps = _accumulate_in_place(steps, pairs)
         if type(device).accumulate_product is not Device.accumulate_product:
-            steps = _accumulate_products(steps, device)
+            steps = _accumulate_products(steps, pairs, exit_srcs, device)
     # (host memory only: a device's kernels, e.g. OpenCL's, need not be callable from two threads)
     stages = _plan_stages(members, in_f, skip, body, data_in, ctrl_in, steps, slot_node, pairs, exit_srcs,
                           slot) if device.host_tensors else None
@@ -704,12 +704,7 @@ def _accumulate_in_place(steps, pairs) -> list:
     does, into a new array (the variable's initial value may be shared); later ones add into
     the array that step made the iteration before, which nothing else holds: an LSTM
     gradient's [400, 800] sum 232 -> 111 us, the same bits."""
-    readers: dict = {}
-    for st in steps:
-        for i in _reads(st):
-            readers[i] = readers.get(i, 0) + 1
-    for src, _dst in pairs:
-        readers[src] = readers.get(src, 0) + 1
+    readers = _readers(steps, pairs)
     # (an Exit reads the variable once the loop is over: no later iteration writes into it)
     var_of = {src: dst for src, dst in pairs}
     out = []
@@ -737,14 +732,22 @@ def _binary_inputs(st):
     return None
 
 
-def _accumulate_products(steps, device) -> list:
-    """``steps`` with each K_ACC step whose addend is a MatMul read by nothing else as one
-    K_ACC_MM step in the accumulation's place (the product's inputs are still there: a
-    slot is written once per iteration), the MatMul's own step gone."""
+def _readers(steps, pairs, exit_srcs=()) -> dict:
+    """slot -> how many reads of it: by steps, NextIteration hand-overs, Exits."""
     readers: dict = {}
     for st in steps:
         for i in _reads(st):
             readers[i] = readers.get(i, 0) + 1
+    for i in [src for src, _dst in pairs] + list(exit_srcs):
+        readers[i] = readers.get(i, 0) + 1
+    return readers
+
+
+def _accumulate_products(steps, pairs, exit_srcs, device) -> list:
+    """``steps`` with each K_ACC step whose addend is a MatMul read by nothing else (no other
+    step, hand-over or Exit) as one K_ACC_MM step in the accumulation's place (the product's
+    inputs are still there: a slot is written once per iteration), the MatMul's own step gone."""
+    readers = _readers(steps, pairs, exit_srcs)
     producer = {st[4]: st for st in steps if _binary_inputs(st) is not None}
     fused, out = set(), []
     for st in steps:

@@ -69,6 +69,21 @@ K_NULLARY, K_UNARY, K_BINARY, K_GENERIC, K_FREE = 0, 1, 2, 3, 4
 SMALL_BYTES = 64 * 1024
 
 
+def assign_frees(nodes, freeable) -> dict:
+    """Set each node's ``frees``: the ``freeable`` slots it reads (its inputs, host copies'
+    sources), or writes and nobody reads; return how many nodes free each slot (a slot is
+    dead once that many have finished). For the flat executor's dynamic runs and for the
+    root iteration of a step with control flow (frames.py)."""
+    used = {s for n in nodes for s in n.ins} | {src for n in nodes for _fn, src, _slot in n.pre if src >= 0}
+    uses: dict = {}
+    for n in nodes:
+        n.frees = tuple(s for s in {*n.ins, *(src for _fn, src, _slot in n.pre if src >= 0),
+                                    *(s for s in n.outs if s not in used)} if s in freeable)
+        for s in n.frees:
+            uses[s] = uses.get(s, 0) + 1
+    return uses
+
+
 class StepContext:
     """Per-run information handed to kernels that ask for it (``takes_context``/async)."""
 
