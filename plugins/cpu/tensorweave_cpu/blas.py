@@ -130,11 +130,12 @@ ONEDNN_MIN_FLOPS = 4e6
 ONEDNN_TEAM_MAX_SHORT = 256
 
 
-def _on_team(a, b, out):
-    """``a @ b`` by oneDNN on OpenMP's team (float32, the extra installed), or None."""
+def _by_onednn(a, b, out, team=False):
+    """``a @ b`` by oneDNN (float32, the extra installed), on this thread or on OpenMP's
+    team, or None where it does not apply."""
     if a.dtype.char == "f" == b.dtype.char and (out is None or out.dtype.char == "f") and onednn.enabled():
         c = np.empty((a.shape[0], b.shape[1]), np.float32) if out is None else out
-        if onednn.sgemm(a, b, c, team=True):
+        if onednn.sgemm(a, b, c, team=team):
             return c
     return None
 
@@ -147,14 +148,11 @@ def matmul(a, b, out=None):
         n = b.shape[1]
         flops = 2.0 * m * k * n
         if flops < SMALL_FLOPS:
-            if flops >= ONEDNN_MIN_FLOPS and a.dtype.char == "f" == b.dtype.char and onednn.enabled() \
-                    and (out is None or out.dtype.char == "f"):
-                c = np.empty((m, n), np.float32) if out is None else out
-                if onednn.sgemm(a, b, c):
-                    return c
+            if flops >= ONEDNN_MIN_FLOPS and (c := _by_onednn(a, b, out)) is not None:
+                return c
             if _state.get("now", 0) != 1:
                 use_threads_for(flops)
-        elif min(k, n) <= ONEDNN_TEAM_MAX_SHORT and (c := _on_team(a, b, out)) is not None:
+        elif min(k, n) <= ONEDNN_TEAM_MAX_SHORT and (c := _by_onednn(a, b, out, team=True)) is not None:
             return c
         elif a.dtype == b.dtype and a.dtype.char in "fd" and (out is None or out.dtype == a.dtype) \
                 and _controllers() and _state["max"] > 1 and max(m, n) >= 2 * SPLIT_MIN_ROWS:

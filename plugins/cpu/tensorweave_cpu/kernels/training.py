@@ -50,9 +50,15 @@ def _adagrad(attrs, var, accum, lr, grad):
     return var - grad * lr / np.sqrt(accum), accum
 
 
+def _adam_alpha(lr, beta1_power, beta2_power):
+    """Adam's step size: its formula and its compiled loop take this one value."""
+    one = np.ones((), dtype=lr.dtype)
+    return lr * np.sqrt(one - beta2_power) / (one - beta1_power)
+
+
 def _adam(attrs, var, m, v, beta1_power, beta2_power, lr, beta1, beta2, epsilon, grad):
     one = np.ones((), dtype=var.dtype)
-    alpha = lr * np.sqrt(one - beta2_power) / (one - beta1_power)
+    alpha = _adam_alpha(lr, beta1_power, beta2_power)
     m = m + (grad - m) * (one - beta1)
     v = v + (grad * grad - v) * (one - beta2)
     if attrs["use_nesterov"]:
@@ -71,7 +77,7 @@ def _rms_prop(attrs, var, ms, mom, lr, rho, momentum, epsilon, grad):
 
 # --- the same formulas element by element, in place (compiled by numba: jit.py). Each takes
 # the flat variable and slots, the flat gradient, then scalars of the variable's dtype, some
-# precomputed by ``_scalars`` below exactly as the formulas compute them.
+# precomputed by the ``*_scalars`` functions below exactly as the formulas compute them.
 def _gradient_descent_elements(var, delta, alpha):
     for i in range(var.size):
         var[i] = var[i] - alpha * delta[i]
@@ -133,7 +139,7 @@ def _adagrad_scalars(attrs, lr):
 
 def _adam_scalars(attrs, beta1_power, beta2_power, lr, beta1, beta2, epsilon):
     one = np.ones((), dtype=lr.dtype)
-    alpha = lr * np.sqrt(one - beta2_power) / (one - beta1_power)
+    alpha = _adam_alpha(lr, beta1_power, beta2_power)
     return alpha[()], beta1[()], (one - beta1)[()], (one - beta2)[()], epsilon[()], attrs["use_nesterov"]
 
 
@@ -310,7 +316,7 @@ def _grouped_factory(ctx):
             for s, d in zip(stores, deltas):
                 if not compiled or d.size < min_size or _in_place(ctx, (s,), loop, d, (alpha[()],)) is None:
                     cur = s.read()
-                    s.value = np.asarray(cur - alpha * d, dtype=cur.dtype)
+                    s.value = np.asarray(_gradient_descent(None, cur, alpha, d)[0], dtype=cur.dtype)
         return None
     return update
 
