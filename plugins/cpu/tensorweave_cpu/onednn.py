@@ -549,5 +549,6 @@ def sgemm(a, b, c, beta: float = 0.0, team: bool = False) -> bool:
     else:
         _omp_threads(1)
         _check(_state["lib"].dnnl_sgemm(*args), "sgemm")
-    products["sgemm"] += 1
+    with _lock:  # (concurrent callers: an exact count)
+        products["sgemm"] += 1
     return True
