@@ -157,6 +157,9 @@ def _write(table: list[str], measured: str, names: set[str]) -> None:
     old_lines = old.strip().splitlines()
     old_rows = [ln for ln in old_lines if ln.startswith("| ") and not ln.startswith(("| workload", "| ---"))]
     old_header = [ln.removeprefix("Other rows: ") for ln in old_lines if ln.startswith(("Measured", "Other rows: "))]
+    # (a header of rows this run replaces all of goes with them)
+    old_header = [h for h in old_header
+                  if "; the rows of " not in h or not set(h.split("; the rows of ", 1)[1].split(", ")) <= names]
     kept = [ln for ln in old_rows if ln.split("|")[1].strip() not in names]
     rows = table[2:]
     order = []  # workloads in the old table's order, new ones after
