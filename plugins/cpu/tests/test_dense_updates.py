@@ -30,7 +30,7 @@ W_SHAPE, B_SHAPE = (64, 80), (80,)
 
 
 def _train(name, dtype, steps=3):
-    """The variables (and slots) after ``steps`` steps, and the session's stores."""
+    """Every variable's value (slots included) after ``steps`` training steps, by name."""
     opt = OPTIMIZERS[name]()
     rng = np.random.default_rng(5)
     g = tw.Graph()
