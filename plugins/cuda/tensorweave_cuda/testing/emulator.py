@@ -268,28 +268,35 @@ class EmuDriver:
                 raise DriverError("cuMemFreeHost of a pointer that is not allocated (double free?)")
 
     def _check(self, ptr: int, nbytes: int, what: str):
-        for base, arr in self._live.items():
+        # Under the lock: another executor thread may allocate or free while a copy checks.
+        with self._lock:
+            live = list(self._live.items())
+        for base, arr in live:
             if base <= ptr and ptr + nbytes <= base + arr.nbytes:
                 return
         raise DriverError(f"{what}: [{ptr:#x}, +{nbytes}) is not inside one device allocation")
 
     # -- copies --------------------------------------------------------------------------------
+    def _count(self, kind: str) -> None:
+        with self._lock:  # tests count copies made from several executor threads
+            self.copies[kind] += 1
+
     def htod(self, ptr: int, array) -> None:
         a = np.ascontiguousarray(array)
         self._check(ptr, a.nbytes, "htod")
         ctypes.memmove(ptr, a.ctypes.data, a.nbytes)
-        self.copies["htod"] += 1
+        self._count("htod")
 
     def dtoh(self, array: np.ndarray, ptr: int) -> None:
         self._check(ptr, array.nbytes, "dtoh")
         ctypes.memmove(array.ctypes.data, ptr, array.nbytes)
-        self.copies["dtoh"] += 1
+        self._count("dtoh")
 
     def dtod(self, dst: int, src: int, nbytes: int) -> None:
         self._check(dst, nbytes, "dtod")
         self._check(src, nbytes, "dtod")
         ctypes.memmove(dst, src, nbytes)
-        self.copies["dtod"] += 1
+        self._count("dtod")
 
     def can_access_peer(self, other) -> bool:
         return isinstance(other, EmuDriver) and other is not self
@@ -298,7 +305,7 @@ class EmuDriver:
         self._check(src, nbytes, "peer copy source")
         dst_driver._check(dst, nbytes, "peer copy destination")
         ctypes.memmove(dst, src, nbytes)
-        self.copies["peer"] += 1
+        self._count("peer")
 
     # -- ordering (everything has already happened) ----------------------------------------------
     def record(self):
