@@ -160,3 +160,41 @@ def test_sums_over_leading_axes_add_whole_rows_with_the_same_bits(shape, axes, k
     assert got.shape == want.shape and got.tobytes() == want.tobytes()
     want_db = np.add.reduce(xv, axis=tuple(range(len(shape) - 1)))
     assert got_db.tobytes() == want_db.tobytes()
+
+
+@pytest.mark.parametrize("shape,axes", [
+    ((64, 128), [0]),        # the mlp's first bias gradient
+    ((64, 10), [0]),
+    ((3, 4, 5), [0, 1]),
+    ((1, 7), [0]),
+    ((6, 1), [0]),
+])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_small_sums_over_leading_axes_have_numpys_bits_on_both_paths(path, shape, axes, dtype):
+    xv = np.random.default_rng(4).normal(size=shape).astype(dtype)
+    xv.reshape(-1)[::3] = -0.0   # NumPy's reduction starts from +0.0: a column of -0.0 sums to +0.0
+    xv.reshape(-1)[1] = np.nan
+    g = tw.Graph()
+    with g.as_default():
+        x = tw.placeholder(dtype, [None] * len(shape))
+        s_ = tw.reduce_sum(x, axis=axes)
+        bias = tw.placeholder(dtype, [shape[-1]])
+        (db,) = tw.gradients(tw.nn.bias_add(x, bias), [bias], grad_ys=x)   # BiasAddGrad
+    with tw.Session(graph=g) as s:
+        got, got_db = s.run([s_, db], {x: xv, bias: np.zeros(shape[-1], dtype)})
+    assert (rowwise.sum_leading(xv, len(axes)) is not None) == (path == "compiled")
+    want = np.add.reduce(xv, axis=tuple(axes))
+    assert got.shape == want.shape and got.tobytes() == want.tobytes()
+    assert got_db.tobytes() == np.add.reduce(xv, axis=tuple(range(len(shape) - 1))).tobytes()
+    if shape == (1, 7):
+        assert not np.signbit(got[0]) and np.signbit(xv[0, 0])
+
+
+def test_an_empty_sum_over_leading_axes_is_numpys_zeros():
+    g = tw.Graph()
+    with g.as_default():
+        x = tw.placeholder(tw.float32, [None, 3])
+        s_ = tw.reduce_sum(x, axis=[0])
+    with tw.Session(graph=g) as s:
+        got = s.run(s_, {x: np.zeros((0, 3), np.float32)})
+    assert got.shape == (3,) and not got.any()
