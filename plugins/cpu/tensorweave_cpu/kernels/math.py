@@ -13,7 +13,7 @@ import numpy as np
 
 from tensorweave.framework import errors
 from tensorweave.ops.fusion_ops import FUSED_MATMUL
-from tensorweave_cpu import blas, rowwise
+from tensorweave_cpu import blas, jit, rowwise
 
 CPU = "CPU"
 
@@ -160,6 +160,10 @@ def _fused_matmul(ctx):
         if bias.shape != out.shape[1:]:
             raise ctx.error(errors.InvalidArgumentError,
                             f"bias of shape {bias.shape} for a product of shape {out.shape}")
+        if not relu6 and out.size < EPILOGUE_MAX and bias.dtype == out.dtype and out.dtype.char in "fd" \
+                and out.flags.c_contiguous and jit.enabled():
+            _epilogue_loop(out, bias, relu)
+            return out
         out += bias
         if relu:
             np.maximum(out, 0, out=out)
@@ -167,6 +171,25 @@ def _fused_matmul(ctx):
             np.clip(out, 0, 6, out=out)
         return out
     return f
+
+
+# A small product's bias and ReLU in one compiled pass over it rather than two NumPy calls
+# (the mlp's [64, 128]: about 2 us less); large ones are memory-bound either way.
+EPILOGUE_MAX = 1 << 16
+
+
+def _bias_relu(out, bias, relu):
+    # out + bias, then np.maximum(v, 0)'s value: v where v > 0 or NaN, else +0.0 (-0.0 too).
+    n, c = out.shape
+    for i in range(n):
+        for j in range(c):
+            v = out[i, j] + bias[j]
+            if relu and not (v > 0 or v != v):
+                v = 0.0
+            out[i, j] = v
+
+
+_epilogue_loop = jit.Loop(_bias_relu)
 
 
 def _squared_difference(ctx):

@@ -51,12 +51,35 @@ def _relu_grad(g, f, out=None):
     return np.multiply(g, f > 0, out=out)
 
 
+def _relu_grad_elements(g, f, out):
+    # g times 1 where f > 0, else times 0: np.multiply(g, f > 0)'s values (inf * 0 is NaN;
+    # both products are exact, so computing them in float64 changes no bit). C-contiguous
+    # arrays of any rank, flattened here (a reshape outside costs more than the loop's call).
+    g1, f1, out1 = g.reshape(g.size), f.reshape(f.size), out.reshape(out.size)
+    for i in range(g1.size):
+        out1[i] = g1[i] * (1.0 if f1[i] > 0 else 0.0)
+
+
+_relu_grad_loop = jit.Loop(_relu_grad_elements)
+
+
+def _small_relu_grad(g, f):
+    """Below a million elements with numba: one compiled pass (the mlp's [64, 128]: 1.6 us
+    against NumPy's 4.0 for a comparison, a fresh mask and a product)."""
+    if (type(g) is not np.ndarray or type(f) is not np.ndarray or g.dtype != f.dtype or g.shape != f.shape
+            or g.dtype.char not in "fd" or not g.flags.c_contiguous or not f.flags.c_contiguous or not jit.enabled()):
+        return _relu_grad(g, f)
+    out = np.empty(g.shape, g.dtype)
+    _relu_grad_loop(g, f, out)
+    return out
+
+
 def _relu_grad_factory(ctx):
     """ReLU's gradient; from a million elements (a convolution's activations) one block of
     rows per core (``rowwise.split_ufunc``), each block computed as the whole is."""
     out = ctx.op.outputs[0]
     if not out.shape.is_fully_defined() or out.shape.num_elements() < rowwise.PARALLEL_MIN:
-        return _relu_grad
+        return _small_relu_grad
     return rowwise.split_ufunc(_relu_grad, ctx.output_dtypes[0].np_dtype)
 
 
