@@ -53,8 +53,9 @@ def _train(name, dtype, steps=3):
 def _both_paths(monkeypatch, run):
     """``run()`` by the NumPy formulas, then by the compiled loops (which must run)."""
     calls = []
-    real = training._in_place
-    monkeypatch.setattr(training, "_in_place", lambda *a: calls.append(1) or real(*a))
+    for name in ("_in_place", "_all_in_place"):  # (the latter: grouped GradientDescent updates)
+        real = getattr(training, name)
+        monkeypatch.setattr(training, name, lambda *a, real=real: calls.append(1) or real(*a))
     monkeypatch.setitem(jit._state, "on", False)
     by_numpy = run()
     assert not calls

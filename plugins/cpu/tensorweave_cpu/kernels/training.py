@@ -125,6 +125,20 @@ def _rms_prop_elements(var, ms, mom, grad, lr, one_minus_rho, momentum, epsilon)
         var[i] = var[i] - o
 
 
+def _gradient_descent_group(variables, deltas, alpha):
+    # A grouped node's updates in one call (a tuple of flat variables, one of their flat
+    # gradients): one dispatch instead of one per variable, which is most of the cost of
+    # small ones (the mlp's four: 9.5 -> about 3 us for the node).
+    a = alpha[()]
+    for k in range(len(variables)):
+        var, delta = variables[k], deltas[k]
+        for i in range(var.size):
+            var[i] = var[i] - a * delta[i]
+
+
+_gradient_descent_group_loop = jit.Loop(_gradient_descent_group)
+
+
 def _gd_scalars(attrs, alpha):
     return (alpha[()],)
 
@@ -303,7 +317,6 @@ def _grouped_factory(ctx):
     guard = StoreUpdate(ctx, stores)
     alpha_name = ctx.op.inputs[n].name
     names = ctx.attrs.get("names") or [ctx.node_name] * n
-    _, _, _, loop, _, min_size = _KERNELS["ApplyGradientDescent"]
     compiles = _compiles(ctx)
 
     def update(alpha, *deltas):
@@ -312,13 +325,29 @@ def _grouped_factory(ctx):
                             f"'{alpha_name}' must be a scalar, got a value of shape {np.shape(alpha)}")
         with guard:
             guard.check_each([s.read() for s in stores], deltas, names)
-            compiled = compiles and jit.enabled()
+            if compiles and jit.enabled() and _all_in_place(ctx, stores, alpha, deltas):
+                return None
             for s, d in zip(stores, deltas):
-                if not compiled or d.size < min_size or _in_place(ctx, (s,), loop, d, (alpha[()],)) is None:
-                    cur = s.read()
-                    s.value = np.asarray(_gradient_descent(None, cur, alpha, d)[0], dtype=cur.dtype)
+                cur = s.read()
+                s.value = np.asarray(_gradient_descent(None, cur, alpha, d)[0], dtype=cur.dtype)
         return None
     return update
+
+
+def _all_in_place(ctx, stores, alpha, deltas) -> bool:
+    """With the locks held and the shapes checked: every store updated in place by one
+    compiled call; False (nothing written) where the variables' dtypes differ from alpha's
+    or a variable's tensor is not C-contiguous."""
+    dt = alpha.dtype
+    targets, grads = [], []
+    for s, d in zip(stores, deltas):
+        t = state.writable(s, ctx.device)
+        if t.dtype != dt or d.dtype != dt or not t.flags.c_contiguous:
+            return False
+        targets.append(t.reshape(-1))
+        grads.append((d if d.flags.c_contiguous else np.ascontiguousarray(d)).reshape(-1))
+    _gradient_descent_group_loop(tuple(targets), tuple(grads), alpha if type(alpha) is np.ndarray else np.asarray(alpha))
+    return True
 
 
 def register(reg):
