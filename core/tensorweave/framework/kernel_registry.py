@@ -212,6 +212,13 @@ class KernelRegistry(Registry):
         return [((kd.op, kd.device_type), kd) for ks in self._by_op_device.values() for kd in ks]
 
 
+def passthrough(x):
+    """The kernel of Identity and StopGradient on every device: the input is the output.
+    Known by identity to the executor, which runs an Identity of a variable (``w/read``) as
+    the read itself (runtime/executor.py)."""
+    return x
+
+
 def call_kernel_factory(kd: KernelDef, ctx: KernelContext) -> Any:
     try:
         return kd.factory(ctx)

@@ -16,6 +16,7 @@ from __future__ import annotations
 import numpy as np
 
 from tensorweave.framework import errors
+from tensorweave.framework.kernel_registry import passthrough
 from tensorweave.kernels import EVERY_DEVICE_DTYPES, dtypes_to_register
 from tensorweave.kernels.axes import int_list, norm_axis
 from tensorweave.ops import index_math
@@ -32,10 +33,6 @@ def _num_elements(shape) -> int:
         n *= d
     return n
 
-
-
-def _identity(x):
-    return x
 
 
 def _noop():
@@ -176,8 +173,8 @@ def _broadcast_gradient_args(ctx):
 
 # op -> (factory, host-memory inputs)
 _KERNELS = {
-    "Identity": (lambda ctx: _identity, ()),
-    "StopGradient": (lambda ctx: _identity, ()),
+    "Identity": (lambda ctx: passthrough, ()),
+    "StopGradient": (lambda ctx: passthrough, ()),
     "Reshape": (_reshape, ("shape",)),
     "ExpandDims": (_expand_dims, ("dim",)),
     "Squeeze": (_squeeze, ()),

@@ -32,7 +32,7 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 
 from tensorweave.framework import errors
-from tensorweave.framework.kernel_registry import KernelContext, KernelDef, call_kernel_factory
+from tensorweave.framework.kernel_registry import KernelContext, KernelDef, call_kernel_factory, passthrough
 from tensorweave.framework.op_def import flat_input_is_ref
 from tensorweave.ops.control_flow_primitives import CONTROL_FLOW_OPS
 from tensorweave.passes import graph_option
@@ -352,6 +352,16 @@ class _Compiler:
             else:
                 n.kind = len(n.ins)  # K_NULLARY, K_UNARY or K_BINARY: called directly, no wrapper
 
+    def fold_variable_identities(self) -> None:
+        """An Identity of a variable (``w/read``, which every Variable has) becomes the read:
+        one step instead of a read and a call that returns its input. Its output is then a
+        variable's tensor, freed after its last use as the read's was."""
+        for n in self.executed:
+            if n.kind == K_UNARY and n.fn is passthrough and len(n.pre) == 1 and n.pre[0][1] < 0 \
+                    and n.ins == [n.pre[0][2]]:
+                n.fn, n.kind, n.ins, n.pre = n.pre[0][0], K_NULLARY, [], []
+                self.var_reads.add(n.outs[0])
+
     def schedule(self) -> list[_Node]:
         """The pending-count / ready-queue order of whitepaper 3.1 (Kahn's algorithm), ready ties
         broken by creation order (4.1's memory heuristic); sets consumers and pending counts."""
@@ -488,6 +498,8 @@ class CompiledPartition:
         c.delay_scheduled_recvs(recvs)
         c.add_sends(sends)
         c.construct_kernels()
+        if not frame_mode:  # (frames and compiled loops keep their own view of Identities)
+            c.fold_variable_identities()
         self.nodes = order = c.schedule()
         self.fetch_names = [t.name for t in fetches]
         self.fetch_slots, self.end_reads = c.plan_fetches(fetches)
