@@ -114,3 +114,47 @@ def test_single_element_list_outputs_are_unwrapped(sess):
     np.testing.assert_array_equal(sess.run(piece), [1.0, 2.0])
     np.testing.assert_array_equal(sess.run(tw.reshape(tw.constant([5]), [])), 5)
     assert tw.constant([], dtype=tw.int32).shape.as_list() == [0]
+
+
+def test_an_identity_of_a_variable_runs_as_the_read():
+    """``w/read`` is one step, the read itself, in a flat plan: no separate read and
+    pass-through call; it still reads the value at its place in the step."""
+    w = tw.Variable(np.arange(6, dtype=np.float32).reshape(2, 3), name="w")
+    y = tw.matmul(tw.ones([1, 2]), w)
+    with tw.control_dependencies([y]):
+        upd = tw.assign_add(w, tw.ones([2, 3]))
+    with tw.Session() as s:
+        s.run(w.initializer)
+        got, _ = s.run([y, upd])
+        np.testing.assert_array_equal(got, [[3, 5, 7]])   # the value before the update
+        np.testing.assert_array_equal(s.run(y), [[5, 7, 9]])
+        part = s._plan_for([y, upd], ()).partition
+    names = [n[0].op.name for n in part._step_nodes if n is not None]
+    assert names.count("w/read") == 1
+    assert all(n[1] for n in part._step_nodes if n is not None and n[0].op.name == "w/read")
+
+
+def test_an_uninitialised_variable_still_names_its_read():
+    w = tw.Variable(np.float32(1.0), name="w")
+    with tw.Session() as s:
+        with pytest.raises(errors.FailedPreconditionError, match="w"):
+            s.run(w * 2.0)
+
+
+@pytest.mark.parametrize("traced", [False, True])
+def test_kernels_run_without_floating_point_warnings_and_the_callers_state_comes_back(traced):
+    """TF's kernels never warn about the inf or NaN they make: a step runs NumPy's kernels
+    with its warnings off (runtime/step.py quiet_floats), and the caller's settings, whatever
+    they are, hold again once the step has ended, or failed."""
+    x = tw.placeholder(tw.float32, [None])
+    y = (x / 0.0) * 0.0                                                  # divide by zero, invalid
+    bad = tw.reshape(x, [5])
+    options = tw.RunOptions(trace_level=tw.RunOptions.FULL_TRACE) if traced else None
+    with tw.Session() as s, np.errstate(all="raise"):
+        got = s.run(y, {x: np.ones(3, np.float32)}, options=options, run_metadata=tw.RunMetadata())
+        assert np.isnan(got).all()
+        with pytest.raises(errors.InvalidArgumentError):
+            s.run(bad, {x: np.ones(3, np.float32)}, options=options, run_metadata=tw.RunMetadata())
+        assert np.geterr()["divide"] == "raise"
+        with pytest.raises(FloatingPointError):
+            np.float32(1) / np.float32(0)

@@ -29,8 +29,6 @@ import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 
-import numpy as np
-
 from tensorweave.framework import errors
 from tensorweave.framework.kernel_registry import KernelContext, KernelDef, call_kernel_factory, passthrough
 from tensorweave.framework.op_def import flat_input_is_ref
@@ -54,6 +52,8 @@ from tensorweave.runtime.step import (
     estimate_flops,
     in_loop,
     leave_loop,
+    quiet_floats,
+    restore_floats,
     transfer_record,
     wrap_kernel_error,
 )
@@ -558,24 +558,26 @@ class CompiledPartition:
             vals = self._initial_values(feed_values)
         out = -1
         binary, unary, nullary, free = K_BINARY, K_UNARY, K_NULLARY, K_FREE  # locals: as cheap as literals
+        quiet = quiet_floats()
         try:
-            with np.errstate(all="ignore"):
-                for fn, a, b, kind, out, x in self.steps:
-                    if kind == binary:
-                        vals[out] = fn(vals[a], vals[b])
-                    elif kind == unary:
-                        vals[out] = fn(vals[a])
-                    elif kind == nullary:
-                        vals[out] = fn()
-                    elif kind == free:
-                        for s in x:
-                            vals[s] = None
-                    else:
-                        self._run_generic(x, vals, step)
+            for fn, a, b, kind, out, x in self.steps:
+                if kind == binary:
+                    vals[out] = fn(vals[a], vals[b])
+                elif kind == unary:
+                    vals[out] = fn(vals[a])
+                elif kind == nullary:
+                    vals[out] = fn()
+                elif kind == free:
+                    for s in x:
+                        vals[s] = None
+                else:
+                    self._run_generic(x, vals, step)
         except Exception as e:  # noqa: BLE001 - every failure becomes a tw error naming the node
             err = self.describe_failure(e, out)
             self._abort_step(step, err)
             raise err from (None if isinstance(e, errors.OpError) else e)
+        finally:
+            restore_floats(quiet)
         if self._to_host is None:
             return [vals[s] for s in self.fetch_slots]
         return self._results(vals)
@@ -619,38 +621,40 @@ class CompiledPartition:
         clock = time.perf_counter_ns
         add, tid, dev, alloc = stats.add, stats.thread(), self.device.name, self.allocator
         started = None  # when the first read before the current node began
+        quiet = quiet_floats()
         try:
-            with np.errstate(all="ignore"):
-                for (fn, a, b, kind, out, x), owner in zip(self.steps, self._step_nodes):
-                    if kind == K_FREE:
-                        for s in x:
-                            vals[s] = None
-                        continue
-                    t0 = clock()
-                    if kind == K_BINARY:
-                        vals[out] = fn(vals[a], vals[b])
-                    elif kind == K_UNARY:
-                        vals[out] = fn(vals[a])
-                    elif kind == K_NULLARY:
-                        vals[out] = fn()
-                    else:
-                        self._run_generic(x, vals, step)
-                    t1 = clock()
-                    if owner is None:
-                        continue
-                    n, own = owner
-                    if not own:
-                        if started is None:
-                            started = t0
-                        continue
-                    op = n.op
-                    add(dev, op.name, op.type, t0 if started is None else started, t0, t1, clock(), tid,
-                        [vals[s] for s in n.outs], alloc)
-                    started = None
+            for (fn, a, b, kind, out, x), owner in zip(self.steps, self._step_nodes):
+                if kind == K_FREE:
+                    for s in x:
+                        vals[s] = None
+                    continue
+                t0 = clock()
+                if kind == K_BINARY:
+                    vals[out] = fn(vals[a], vals[b])
+                elif kind == K_UNARY:
+                    vals[out] = fn(vals[a])
+                elif kind == K_NULLARY:
+                    vals[out] = fn()
+                else:
+                    self._run_generic(x, vals, step)
+                t1 = clock()
+                if owner is None:
+                    continue
+                n, own = owner
+                if not own:
+                    if started is None:
+                        started = t0
+                    continue
+                op = n.op
+                add(dev, op.name, op.type, t0 if started is None else started, t0, t1, clock(), tid,
+                    [vals[s] for s in n.outs], alloc)
+                started = None
         except Exception as e:  # noqa: BLE001
             err = self.describe_failure(e, out)
             self._abort_step(step, err)
             raise err from (None if isinstance(e, errors.OpError) else e)
+        finally:
+            restore_floats(quiet)
         return self._results(vals)
 
     # ------------------------------------------------------------------------------------
@@ -740,6 +744,7 @@ class _DynamicState(StepState):
     def _run_loop(self, queue):
         outer = enter_loop(self, queue)
         traced = self.stats is not None
+        quiet = quiet_floats()  # once per loop, not per kernel
         try:
             while queue:
                 n = queue.pop(0)
@@ -758,13 +763,13 @@ class _DynamicState(StepState):
                         if n.kd.is_async:
                             n.fn(self.step, self._make_done(n), *args)
                             continue
-                        with np.errstate(all="ignore"):
-                            res = n.fn(self.step, *args) if n.kd.takes_context else n.fn(*args)
+                        res = n.fn(self.step, *args) if n.kd.takes_context else n.fn(*args)
                         self.part._store(n, res, vals)
                 except Exception as e:  # noqa: BLE001 - reported once the step drains
                     self._fail(e, n)
                 self._dispatch(self._finish(n), queue)
         finally:
+            restore_floats(quiet)
             leave_loop(outer)
 
     def _run_traced(self, n) -> bool:
@@ -780,8 +785,7 @@ class _DynamicState(StepState):
             n.fn(self.step, self._make_done(n, t0), *args)
             return True
         t1 = clock()
-        with np.errstate(all="ignore"):
-            res = n.fn(self.step, *args) if n.kd.takes_context else n.fn(*args)
+        res = n.fn(self.step, *args) if n.kd.takes_context else n.fn(*args)  # (_run_loop's quiet floats)
         t2 = clock()
         part = self.part
         part._store(n, res, vals)

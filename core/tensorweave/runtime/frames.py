@@ -45,6 +45,8 @@ from tensorweave.runtime.step import (
     enter_loop,
     in_loop,
     leave_loop,
+    quiet_floats,
+    restore_floats,
     transfer_record,
 )
 
@@ -442,8 +444,7 @@ class FrameState(StepState):
 
     def _run_queue(self, queue):
         outer = enter_loop(self, queue)
-        errstate = np.errstate(all="ignore")  # once per loop, not per kernel (numpy's is costly)
-        errstate.__enter__()
+        quiet = quiet_floats()  # once per loop, not per kernel
         try:
             if not isinstance(queue, deque):
                 queue = deque(queue)
@@ -480,7 +481,7 @@ class FrameState(StepState):
                     continue  # counted in self._waiting until its continuation runs
                 self._finish(n, it, outputs, False, queue)
         finally:
-            errstate.__exit__(None, None, None)
+            restore_floats(quiet)
             leave_loop(outer)
 
     def _run(self, n, it):

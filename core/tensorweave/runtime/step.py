@@ -14,6 +14,8 @@ control flow in ``frames.py``) and the kernels they run share.
 - ``enter_loop``/``leave_loop``: which executor loop the current thread runs, so an async
   completion joins that loop's queue instead of recursing into another one.
 - ``estimate_flops``: a node's cost as both executors' scheduling decisions read it.
+- ``quiet_floats``/``restore_floats``: NumPy's floating-point warnings off around a run of
+  kernels (TF's kernels never warn about an inf or a NaN they make).
 """
 
 from __future__ import annotations
@@ -33,6 +35,32 @@ from tensorweave.runtime.config import (
     TransferStats,
 )
 from tensorweave.runtime.rendezvous import make_key
+
+# np.errstate builds its settings object on every entry (about 1.5 us, a step's worth of
+# small-kernel overhead); NumPy 2 keeps the settings in a context variable, so the "ignore"
+# settings are built once and set and reset directly. Without that private variable (another
+# NumPy), np.errstate itself.
+try:
+    from numpy._core._ufunc_config import _extobj_contextvar, _make_extobj
+
+    _IGNORE_ALL = _make_extobj(all="ignore")
+
+    def quiet_floats():
+        """Enter NumPy's all-"ignore" error state in this thread; returns the token for
+        ``restore_floats`` (call it in a ``finally``)."""
+        return _extobj_contextvar.set(_IGNORE_ALL)
+
+    def restore_floats(token) -> None:
+        _extobj_contextvar.reset(token)
+except ImportError:  # pragma: no cover - NumPy without the context variable
+    def quiet_floats():
+        state = np.errstate(all="ignore")
+        state.__enter__()
+        return state
+
+    def restore_floats(token) -> None:
+        token.__exit__(None, None, None)
+
 
 # Ops whose cost is their multiply-adds (estimate_flops), fused forms included.
 PRODUCTS = ("MatMul", "_FusedMatMul", "BatchMatMul", "Conv2D", "_FusedConv2D", "MatrixInverse", "MatrixDeterminant")
