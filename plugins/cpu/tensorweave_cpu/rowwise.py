@@ -38,8 +38,21 @@ _pool: list = []  # [ThreadPoolExecutor] once a large input needs it
 os.register_at_fork(after_in_child=_pool.clear)
 
 
+class LabelOutOfRange(ValueError):
+    """``sparse_xent``'s labels hold one outside ``[0, c)``: the first is at ``row``."""
+
+    def __init__(self, row: int):
+        super().__init__(f"label {row} is out of range")
+        self.row = row
+
+
 def _sparse_xent_rows(x, labels, loss, back, r0, r1):
+    # The labels are checked first, in the same call (NumPy's check is three calls): the
+    # first row whose label is outside [0, c), with nothing computed, else -1.
     c = x.shape[1]
+    for r in range(r0, r1):
+        if labels[r] < 0 or labels[r] >= c:
+            return r
     for r in range(r0, r1):
         m = -np.inf
         for j in range(c):
@@ -57,6 +70,7 @@ def _sparse_xent_rows(x, labels, loss, back, r0, r1):
         for j in range(c):
             back[r, j] *= inv
         back[r, label] -= 1.0
+    return -1
 
 
 _compiled_rows = jit.Loop(_sparse_xent_rows)
@@ -168,31 +182,42 @@ def sum_leading(x: np.ndarray, k: int):
     """``x`` summed over its first ``k`` axes, or None where NumPy's own reduction is as good
     (wide and large, not C-contiguous, not float32/float64, nothing to sum; small without
     numba)."""
-    if x.dtype not in (np.float32, np.float64) or not x.flags.c_contiguous or not 0 < k < x.ndim or x.size == 0:
+    if not 0 < k < x.ndim or x.dtype.char not in "fd" or not x.flags.c_contiguous or x.size == 0:
         return None
-    cols = 1
-    for d in x.shape[k:]:
-        cols *= d
     if x.size < SUM_ROWS_MIN_ELEMENTS:
         if not jit.enabled():
             return None
-        out = np.empty(cols, x.dtype)
-        _compiled_sum_rows(x.reshape(-1, cols), out)
-        return out.reshape(x.shape[k:])
+        if x.ndim == 2:  # (the usual case, without the reshapes: they cost as much as the loop)
+            out = np.empty(x.shape[1], x.dtype)
+            _compiled_sum_rows(x, out)
+            return out
+        out = np.empty(x.shape[k:], x.dtype)
+        _compiled_sum_rows(x.reshape(-1, out.size), out.reshape(-1))
+        return out
+    cols = 1
+    for d in x.shape[k:]:
+        cols *= d
     if cols > SUM_ROWS_MAX_COLUMNS:
         return None
     return np.einsum("ij->j", x.reshape(-1, cols)).reshape(x.shape[k:])
 
 
 def sparse_xent(x: np.ndarray, labels: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(loss [n], backprop [n, c]) of float32/float64 logits ``x`` [n, c] and integer
-    ``labels`` [n] already checked to lie in [0, c)."""
+    """(loss [n], backprop [n, c]) of C-contiguous float32/float64 logits ``x`` [n, c] and
+    C-contiguous integer ``labels`` [n]; raises ``LabelOutOfRange`` naming the first row whose
+    label is outside [0, c)."""
     n, c = x.shape
     loss = np.empty(n, x.dtype)
     back = np.empty((n, c), x.dtype)
     if n * c <= COMPILED_MAX and jit.enabled():
-        _compiled_rows(x, labels, loss, back, 0, n)
-    elif n * c >= PARALLEL_MIN:
+        bad = _compiled_rows(x, labels, loss, back, 0, n)
+        if bad >= 0:
+            raise LabelOutOfRange(bad)
+        return loss, back
+    outside = (labels < 0) | (labels >= c)
+    if outside.any():
+        raise LabelOutOfRange(int(np.argmax(outside)))
+    if n * c >= PARALLEL_MIN:
         split_rows(lambda r0, r1: _numpy_rows(x, labels, loss, back, r0, r1), n)
     else:
         _numpy_rows(x, labels, loss, back, 0, n)

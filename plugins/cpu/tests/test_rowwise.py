@@ -198,3 +198,24 @@ def test_an_empty_sum_over_leading_axes_is_numpys_zeros():
     with tw.Session(graph=g) as s:
         got = s.run(s_, {x: np.zeros((0, 3), np.float32)})
     assert got.shape == (3,) and not got.any()
+
+
+@pytest.mark.parametrize("shape", [(5, 7), (1030, 1024)])   # compiled (with numba) and NumPy rows
+@pytest.mark.parametrize("bad", [7, -1])
+def test_a_label_outside_the_classes_fails_the_step_naming_it(path, shape, bad):
+    from tensorweave.framework import errors
+
+    g = tw.Graph()
+    with g.as_default():
+        logits = tw.placeholder(tw.float32, [None, shape[1]])
+        labels = tw.placeholder(tw.int32, [None])
+        loss = tw.nn.sparse_softmax_cross_entropy_with_logits(labels=labels, logits=logits)
+    x = np.zeros(shape, np.float32)
+    y = np.zeros(shape[0], np.int32)
+    y[3] = bad if bad < 0 else shape[1]
+    with tw.Session(graph=g) as s:
+        with pytest.raises(errors.InvalidArgumentError,
+                           match=rf"label value of {y[3]} which is outside the valid range of \[0, {shape[1]}\)"):
+            s.run(loss, {logits: x, labels: y})
+        y[3] = shape[1] - 1
+        assert s.run(loss, {logits: x, labels: y}).shape == (shape[0],)   # the session goes on

@@ -143,15 +143,17 @@ def _sparse_xent(ctx):
             raise ctx.error(_E, f"logits must be 2-D and labels 1-D with the same first dimension, got logits "
                                 f"{features.shape} and labels {labels.shape}")
         n, c = features.shape
-        bad = (labels < 0) | (labels >= c)
-        if bad.any():
-            shown = " ".join(str(v) for v in labels[:20]) + (" ..." if n > 20 else "")
-            raise ctx.error(_E, f"Received a label value of {labels[bad][0]} which is outside the valid range of "
-                                f"[0, {c}). Label values: {shown}")
         dt = features.dtype
         x = np.ascontiguousarray(_upcast(features))  # rowwise.py: one pass per row, in cache
-        loss, back = rowwise.sparse_xent(x, np.ascontiguousarray(labels))
-        return loss.astype(dt, copy=False), back.astype(dt, copy=False)
+        try:
+            loss, back = rowwise.sparse_xent(x, np.ascontiguousarray(labels))
+        except rowwise.LabelOutOfRange as e:
+            shown = " ".join(str(v) for v in labels[:20]) + (" ..." if n > 20 else "")
+            raise ctx.error(_E, f"Received a label value of {labels[e.row]} which is outside the valid range of "
+                                f"[0, {c}). Label values: {shown}") from None
+        if dt != x.dtype:  # float16, computed in float32
+            return loss.astype(dt), back.astype(dt)
+        return loss, back
     return sparse_xent
 
 
