@@ -28,9 +28,14 @@ import numpy as np
 
 from tensorweave_cpu import onednn, rowwise
 
-# A few milliseconds of single-threaded sgemm on a current core: below it a second thread
-# wins back less than one wait for a descheduled thread costs on a busy machine.
-SMALL_FLOPS = 2e8
+# About half a millisecond of single-threaded sgemm on a current core: below it a second
+# thread wins back less than one wait for a descheduled thread costs on a busy machine (an
+# LSTM cell's 2 * 32 * 400 * 800 = 2e7 stay on one). Above it, in a step that runs its
+# products one after another (the autoencoder's [256, 784] x [784, 256], 1e8: 0.99 ms on one
+# thread, 0.60 on oneDNN's team of two), one thread left a core idle: that step took 8.5 ms
+# against 6.7 with the limit at 5e7 instead of 2e8, in one process, rounds interleaved on an
+# AMD EPYC with 2 cores; the LSTM, convnet and sparse steps did not change.
+SMALL_FLOPS = 5e7
 
 _lock = threading.Lock()
 _state: dict = {}  # "libs": BLAS controllers, "max": the BLAS's thread count, "now": the last count set
