@@ -2,7 +2,8 @@
 gradient: each output's gradient to the first maximum of its window (row-major, padding
 never chosen), for VALID and SAME padding, overlapping windows, ties, NCHW and a batch large
 enough to be split over the cores. MaxPool's own compiled loop and NumPy path: each window's
-maximum, NaN and infinities included."""
+maximum, NaN and infinities included. The loops written out for 2 x 2 windows at strides 2
+give the general loops' bits."""
 
 from __future__ import annotations
 
@@ -67,8 +68,8 @@ def test_matches_the_definition(path, k, s, padding, dtype):
 
 def test_nchw_and_a_batch_split_over_the_cores(path, monkeypatch):
     calls = []
-    loop = nn._max_pool_grad_tiles_loop  # 2 x 2 windows, strides 2: they tile the image
-    monkeypatch.setattr(nn, "_max_pool_grad_tiles_loop", lambda *a: calls.append(a[-2:]) or loop(*a))
+    loop = nn._max_pool_grad_2x2_loop  # 2 x 2 windows, strides 2, inside the image
+    monkeypatch.setattr(nn, "_max_pool_grad_2x2_loop", lambda *a: calls.append(a[-2:]) or loop(*a))
     rng = np.random.default_rng(3)
     x = rng.standard_normal((176, 28, 28, 8)).astype(np.float32)  # >= 1M elements: split by images
     g = rng.standard_normal((176, 14, 14, 8)).astype(np.float32)
@@ -187,3 +188,52 @@ def test_pool_gradient_through_the_relu_is_relugrad_of_maxpoolgrad(path, k, s, p
             want = sess.run(apart, {xt: x})
     assert np.isnan(got).any()
     np.testing.assert_array_equal(got, want)
+
+
+@pytest.mark.parametrize("h,w,padding,inside", [(8, 6, "SAME", True), (7, 5, "VALID", True), (7, 6, "SAME", False)])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_2x2_loops_give_the_general_loops_bits(h, w, padding, inside, dtype):
+    """``_max_pool_2x2_images`` and ``_max_pool_grad_2x2_images`` (with and without the ReLU
+    mask) against ``_max_pool_images`` and ``_max_pool_grad_tiles``: ties, NaN, infinities and
+    signed zeros in the windows, infinite and NaN gradients, and the row and column VALID
+    leaves uncovered on odd sizes; a window reaching into SAME's padding is not theirs."""
+    if not nn.jit.enabled():
+        pytest.skip("numba is not installed (the fusion extra)")
+    rng = np.random.default_rng(h * w)
+    x = rng.integers(-2, 3, (3, h, w, 11)).astype(dtype)  # ties, zeros
+    x[0, 0, 0, :5] = [np.nan, np.inf, -np.inf, -0.0, 0.0]
+    x[0, 0, 1, :5] = [1.0, np.inf, -np.inf, 0.0, -0.0]
+    x[1, 1, 1, :3] = np.nan
+    geometry = nn.conv_output_size
+    oh, pt, _ = geometry(h, 2, 2, 1, padding)
+    ow, pl, _ = geometry(w, 2, 2, 1, padding)
+    assert nn._inside_2x2(2, 2, 2, 2, (pt, 0, pl, 0), h, w, oh, ow) == inside
+    if not inside:
+        return
+    y_general, y = np.empty((3, oh, ow, 11), dtype), np.empty((3, oh, ow, 11), dtype)
+    nn._max_pool_loop(x, y_general, 2, 2, 2, 2, 0, 0, 0, 3)
+    nn._max_pool_2x2_loop(x, y, 0, 3)
+    assert y.tobytes() == y_general.tobytes()
+    g = rng.standard_normal(y.shape).astype(dtype)
+    g[0, 0, 0, :4] = [np.inf, -np.inf, np.nan, -0.0]
+    for relu in (False, True):
+        want, got = np.full(x.shape, 7, dtype), np.full(x.shape, 7, dtype)  # (every element is written)
+        nn._max_pool_grad_tiles_loop(x, y, g, want, 2, 2, 0, 0, relu, 0, 3)
+        nn._max_pool_grad_2x2_loop(x, y, g, got, relu, 0, 3)
+        assert got.tobytes() == want.tobytes()
+
+
+def test_the_usual_2x2_pool_and_its_gradient_take_the_2x2_loops(monkeypatch):
+    if not nn.jit.enabled():
+        pytest.skip("numba is not installed (the fusion extra)")
+    calls = []
+    for name in ("_max_pool_2x2_loop", "_max_pool_grad_2x2_loop", "_max_pool_loop", "_max_pool_grad_tiles_loop"):
+        real = getattr(nn, name)
+        monkeypatch.setattr(nn, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+    x = np.random.default_rng(1).standard_normal((4, 28, 28, 8)).astype(np.float32)
+    g = np.ones((4, 14, 14, 8), np.float32)
+    np.testing.assert_array_equal(_grad(x, 2, 2, "SAME", g), _reference(x, 2, 2, "SAME", g))
+    assert set(calls) == {"_max_pool_2x2_loop", "_max_pool_grad_2x2_loop"}  # (folding may run one twice)
+    calls.clear()
+    _grad(x[:, :27, :27], 2, 2, "SAME", np.ones((4, 14, 14, 8), np.float32))  # the last window in padding
+    assert set(calls) == {"_max_pool_loop", "_max_pool_grad_tiles_loop"}
