@@ -1,6 +1,8 @@
 """Pool-gradient fusion (passes/pool_grad_fusion.py): MaxPoolGrad -> ReluGrad, where the ReLU's
 output is what was pooled, becomes one _MaxPoolGradReluGrad node with the values of the two
-nodes it replaces; what does not match the pattern is left alone."""
+nodes it replaces; where the windows tile the input, the pool and its gradient then become
+_MaxPoolArgmax and _MaxPoolGradArgmax, the same values again; what does not match the
+patterns is left alone."""
 
 import numpy as np
 import pytest
@@ -38,7 +40,11 @@ def test_pool_and_relu_gradients_become_one_node_with_the_same_values(k, s, padd
     g0.flat[:3] = [np.inf, -np.inf, np.nan]  # an infinite gradient times a zero mask is NaN, as ReluGrad gives
     (dx,) = tw.gradients(pooled, [x], grad_ys=tw.constant(g0))
     got, types = _run(dx, {x: x0})
-    assert types.count("_MaxPoolGradReluGrad") == 1
+    if k == s:  # windows that tile: the argmax form
+        assert types.count("_MaxPoolGradArgmax") == types.count("_MaxPoolArgmax") == 1
+        assert "MaxPool" not in types and "_MaxPoolGradReluGrad" not in types
+    else:
+        assert types.count("_MaxPoolGradReluGrad") == 1 and "_MaxPoolGradArgmax" not in types
     assert "MaxPoolGrad" not in types and "ReluGrad" not in types
     want, types = _run(dx, {x: x0}, OFF)
     assert "MaxPoolGrad" in types and "ReluGrad" in types
@@ -57,7 +63,7 @@ def test_what_is_not_fused():
     (dr,) = tw.gradients(pooled, [r], grad_ys=g)
     (dx,) = tw.gradients(r, [x], grad_ys=dr)
     (drv, dxv), types = _run([dr, dx], {x: x0})
-    assert "_MaxPoolGradReluGrad" not in types and "MaxPoolGrad" in types
+    assert "_MaxPoolGradReluGrad" not in types and "_MaxPoolGradArgmax" in types  # (the argmax form, no mask)
     np.testing.assert_array_equal(dxv, drv * (x0 > 0))
     tw.reset_default_graph()
     # the pooled tensor is not the ReLU's output (a ReLU after the pool): nothing to fuse
@@ -65,7 +71,7 @@ def test_what_is_not_fused():
     out = tw.nn.relu(tw.nn.max_pool(x, [1, 2, 2, 1], [1, 2, 2, 1], "SAME"))
     (dx,) = tw.gradients(out, [x], grad_ys=tw.constant(g0))
     got, types = _run(dx, {x: x0})
-    assert "_MaxPoolGradReluGrad" not in types and "MaxPoolGrad" in types
+    assert "_MaxPoolGradReluGrad" not in types and "_MaxPoolGradArgmax" in types
     np.testing.assert_array_equal(got, _run(dx, {x: x0}, OFF)[0])
 
 
@@ -99,3 +105,94 @@ def test_the_fused_op_checks_its_shapes():
     attrs = {"ksize": [1, 2, 2, 1], "strides": [1, 2, 2, 1], "padding": "VALID"}
     with pytest.raises(tw.errors.InvalidArgumentError, match="orig_output has shape"):
         apply_op("_MaxPoolGradReluGrad", [x, y, y], attrs)
+
+
+def _partition_nodes(fetch, feed, config=None):
+    md = tw.RunMetadata()
+    with tw.Session(config=config) as s:
+        out = s.run(fetch, feed, options=PARTS, run_metadata=md)
+    return out, {n["name"]: n for gd in md.partition_graphs for n in gd["node"]}
+
+
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.parametrize("relu", [True, False])
+def test_the_argmax_form_reads_no_pooled_tensor_and_keeps_every_value(dtype, relu):
+    """The pool's output is fetched too (it keeps its name), a window holds a NaN (no input
+    equals its maximum: no gradient), ties go to the first maximum, an infinite gradient
+    meets a zero mask; the gradient node reads the pool's outputs and the gradient, not the
+    pooled tensor."""
+    rng = np.random.default_rng(5)
+    x0 = rng.integers(-3, 4, (2, 7, 9, 3)).astype(dtype)  # VALID on odd sizes: a row and a column uncovered
+    x0[0, 0, 0, 0] = np.nan
+    x = tw.placeholder(dtype, [None, 7, 9, 3], name="x")
+    h = tw.nn.relu(x) if relu else x
+    pooled = tw.nn.max_pool(h, [1, 2, 2, 1], [1, 2, 2, 1], "VALID", name="pool")
+    g0 = rng.standard_normal((2, 3, 4, 3)).astype(dtype)
+    g0[0, 0, 1, :] = [np.inf, -np.inf, np.nan]
+    (dx,) = tw.gradients(pooled, [x], grad_ys=tw.constant(g0))
+    (got_dx, got_pooled), nodes = _partition_nodes([dx, pooled], {x: x0})
+    pool = nodes["pool"]
+    assert pool["op"] == "_MaxPoolArgmax"
+    (grad,) = [n for n in nodes.values() if n["op"] == "_MaxPoolGradArgmax"]
+    assert grad["input"][:2] == ["pool:0", "pool:1"] and len(grad["input"]) == 3
+    assert grad["input"][2].split(":")[0] != h.op.name
+    (want_dx, want_pooled), off = _partition_nodes([dx, pooled], {x: x0}, OFF)
+    assert "MaxPool" in {n["op"] for n in off.values()}
+    assert got_pooled.tobytes() == want_pooled.tobytes()
+    np.testing.assert_array_equal(got_dx, want_dx)
+    assert np.isnan(got_pooled[0, 0, 0, 0]) and not got_dx[0, :2, :2, 0].any()
+
+
+def test_what_keeps_the_pooled_tensor(monkeypatch):
+    rng = np.random.default_rng(6)
+    x0 = rng.standard_normal((2, 8, 8, 3)).astype(np.float32)
+    g0 = rng.standard_normal((2, 4, 4, 3)).astype(np.float32)
+    # overlapping windows: several outputs may share an input
+    x = tw.placeholder(tw.float32, [None, 8, 8, 3])
+    (dx,) = tw.gradients(tw.nn.max_pool(x, [1, 3, 3, 1], [1, 2, 2, 1], "SAME"), [x], grad_ys=tw.constant(g0))
+    _, types = _run(dx, {x: x0})
+    assert "MaxPoolGrad" in types and "_MaxPoolArgmax" not in types
+    tw.reset_default_graph()
+    # (a placeholder of unknown height and width: the plan specialised to the fed shape knows them)
+    x = tw.placeholder(tw.float32, [None, None, None, 3])
+    (dx,) = tw.gradients(tw.nn.max_pool(x, [1, 2, 2, 1], [1, 2, 2, 1], "SAME"), [x], grad_ys=tw.constant(g0))
+    got, types = _run(dx, {x: x0})
+    assert "_MaxPoolGradArgmax" in types
+    np.testing.assert_array_equal(got, _run(dx, {x: x0}, OFF)[0])
+    # ... but a plan that is not specialised does not: the gradient's size is not known
+    from tensorweave.client import plan
+
+    monkeypatch.setattr(plan, "MAX_SPECIALIZED", 0)
+    got, types = _run(dx, {x: x0})
+    assert "MaxPoolGrad" in types and "_MaxPoolArgmax" not in types
+    np.testing.assert_array_equal(got, _run(dx, {x: x0}, OFF)[0])
+    tw.reset_default_graph()
+    # a MaxPoolGrad whose orig_output is not a pool of its orig_input
+    from tensorweave.framework.graph import apply_op
+
+    x = tw.placeholder(tw.float32, [None, 8, 8, 3])
+    attrs = {"ksize": [1, 2, 2, 1], "strides": [1, 2, 2, 1], "padding": "SAME"}
+    other = tw.nn.max_pool(x * 2, attrs["ksize"], attrs["strides"], "SAME")
+    dx = apply_op("MaxPoolGrad", [x, other, tw.constant(g0)], attrs)
+    _, types = _run(dx, {x: x0})
+    assert "MaxPoolGrad" in types and "_MaxPoolArgmax" not in types
+
+
+def test_the_argmax_ops_check_their_attrs_and_shapes():
+    from tensorweave.framework.graph import apply_op
+
+    x = tw.constant(np.ones((1, 4, 4, 2), np.float32))
+    with pytest.raises(tw.errors.InvalidArgumentError, match="must tile the input"):
+        apply_op("_MaxPoolArgmax", [x], {"ksize": [1, 3, 3, 1], "strides": [1, 2, 2, 1], "padding": "SAME"})
+    with pytest.raises(tw.errors.InvalidArgumentError, match="fewer than 255 positions"):
+        apply_op("_MaxPoolArgmax", [x], {"ksize": [1, 16, 16, 1], "strides": [1, 16, 16, 1], "padding": "SAME"})
+    attrs = {"ksize": [1, 2, 2, 1], "strides": [1, 2, 2, 1], "padding": "VALID"}
+    y, arg = apply_op("_MaxPoolArgmax", [x], attrs)
+    assert y.shape.as_list() == [1, 2, 2, 2] and arg.dtype == tw.uint8
+    dx = apply_op("_MaxPoolGradArgmax", [y, arg, y], {**attrs, "input_size": [5, 5]})
+    assert dx.shape.as_list() == [1, 5, 5, 2]
+    with pytest.raises(tw.errors.InvalidArgumentError, match="gives 3x3, not the 2x2"):
+        apply_op("_MaxPoolGradArgmax", [y, arg, y], {**attrs, "input_size": [6, 6]})
+    with pytest.raises(tw.errors.InvalidArgumentError, match="must have one shape"):
+        apply_op("_MaxPoolGradArgmax", [y, arg, tw.constant(np.ones((1, 3, 3, 2), np.float32))],
+                 {**attrs, "input_size": [4, 4]})

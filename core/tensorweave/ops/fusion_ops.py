@@ -26,6 +26,19 @@ is written once, already biased and rectified.
 ``max_pool(relu(...))`` with respect to the ReLU's input, where ``x``, the pooled tensor, is
 the ReLU's output (made by ``passes/pool_grad_fusion.py``).
 
+``_MaxPoolArgmax`` is a MaxPool over windows that tile the input (``ksize`` equal to
+``strides``, at most 255 positions) that also gives, for every output, where in its window
+the first maximum is: ``argmax`` (uint8, the output's shape) holds ``i * kw + j`` for window
+row ``i`` and column ``j`` (row-major, counted from the window's corner, padding included,
+though padding is never chosen), or 255 where no input equals the maximum (a NaN window).
+``_MaxPoolGradArgmax`` is MaxPoolGrad for such a pool given that ``argmax`` instead of the
+pooled tensor: each output's gradient goes to that position, zero everywhere else, an
+``input_size`` (height, width) input gradient; with ``relu`` times 1 where the pool's output
+is positive, else 0, which is ``_MaxPoolGradReluGrad``'s value (the position a gradient goes
+to holds the output's value; the others get zero either way). The pool-gradient pass makes
+the pair where the device has both, so the gradient reads a byte per output instead of the
+pooled tensor, which it no longer keeps alive.
+
 Every fusable op's meaning is fixed by its operand and result dtypes (a Cast's ``SrcT`` and
 ``DstT`` are those), which is why steps carry no other attrs. Operands broadcast as NumPy
 does; the output's shape is the broadcast of the inputs' shapes.
@@ -42,12 +55,24 @@ from tensorweave.framework import dtypes, errors
 from tensorweave.framework.tensor_shape import TensorShape
 from tensorweave.ops import shape_fns
 from tensorweave.ops.math_ops import _matmul_shape
-from tensorweave.ops.nn_ops import _conv2d_shape, _max_pool_grad_shape
+from tensorweave.ops.nn_ops import (
+    _attr4,
+    _conv2d_shape,
+    _make_shape,
+    _max_pool_grad_shape,
+    _nhwc_dims,
+    _pool_out_shape,
+    _rank4,
+    conv_output_size,
+)
 
 FUSED = "_FusedElementwise"
 FUSED_MATMUL = "_FusedMatMul"
 FUSED_CONV2D = "_FusedConv2D"
 MAX_POOL_RELU_GRAD = "_MaxPoolGradReluGrad"
+MAX_POOL_ARGMAX = "_MaxPoolArgmax"
+MAX_POOL_GRAD_ARGMAX = "_MaxPoolGradArgmax"
+NO_ARGMAX = 255  # a window whose maximum no input equals (NaN)
 # What may follow the bias add in a _FusedMatMul or _FusedConv2D (fused_ops[1:]).
 EPILOGUE_ACTIVATIONS = ("Relu", "Relu6")
 
@@ -286,6 +311,44 @@ def _fused_conv2d_shape(op):
     return [shape]
 
 
+def argmax_window(op) -> tuple[int, int]:
+    """The (height, width) of a _MaxPoolArgmax's or _MaxPoolGradArgmax's windows, checked:
+    they tile the input (ksize equal to strides) and have at most 255 positions."""
+    fmt = op.get_attr("data_format")
+    k, s = _attr4(op, "ksize", fmt, "pooling"), _attr4(op, "strides", fmt, "striding")
+    if k != s or k[0] * k[1] >= NO_ARGMAX:
+        raise errors.InvalidArgumentError(
+            f"{op.type} node '{op.name}': its windows must tile the input (ksize equal to strides) and have "
+            f"fewer than {NO_ARGMAX} positions, got ksize {k} and strides {s}")
+    return k
+
+
+def _max_pool_argmax_shape(op):
+    argmax_window(op)
+    out = _pool_out_shape(op, op.inputs[0].shape)
+    return [out, out]
+
+
+def _max_pool_grad_argmax_shape(op):
+    kh, kw = argmax_window(op)
+    fmt = op.get_attr("data_format")
+    y, argmax, g = (_rank4(t.shape, what, fmt) for t, what in zip(op.inputs, ("orig_output", "argmax", "grad")))
+    if not (y.is_compatible_with(argmax) and y.is_compatible_with(g)):
+        raise errors.InvalidArgumentError(f"{op.type} node '{op.name}': orig_output {y}, argmax {argmax} and grad "
+                                          f"{g} must have one shape")
+    size = op.get_attr("input_size")
+    if len(size) != 2 or min(size) < 1:
+        raise errors.InvalidArgumentError(f"{op.type} node '{op.name}': input_size must be the pooled input's "
+                                          f"(height, width), got {size}")
+    shape = y.merge_with(argmax).merge_with(g)
+    n, oh, ow, c = _nhwc_dims(shape, fmt)
+    want = tuple(conv_output_size(d, k, k, 1, op.get_attr("padding"))[0] for d, k in zip(size, (kh, kw)))
+    if (oh is not None and oh != want[0]) or (ow is not None and ow != want[1]):
+        raise errors.InvalidArgumentError(f"{op.type} node '{op.name}': pooling an input of {size[0]}x{size[1]} "
+                                          f"gives {want[0]}x{want[1]}, not the {oh}x{ow} of orig_output")
+    return [_make_shape(n, size[0], size[1], c, fmt)]
+
+
 def register_ops(reg) -> None:
     reg.op(FUSED_MATMUL, inputs=["a: T", "b: T", "args: num_args * T"], outputs=["product: T"],
            attrs=["T: {float32, float64}", "num_args: int >= 0", "transpose_a: bool = false",
@@ -306,6 +369,17 @@ def register_ops(reg) -> None:
            shape_fn=_max_pool_grad_shape,
            doc="ReluGrad(MaxPoolGrad(orig_input, orig_output, grad), orig_input): max pooling's gradient "
                "through the ReLU whose output was pooled.")
+    pool_attrs = ["T: {float32, float64}", "ksize: list(int)", "strides: list(int)", "padding: {'SAME', 'VALID'}",
+                  "data_format: {'NHWC', 'NCHW'} = 'NHWC'"]
+    reg.op(MAX_POOL_ARGMAX, inputs=["input: T"], outputs=["output: T", "argmax: uint8"], attrs=pool_attrs,
+           shape_fn=_max_pool_argmax_shape,
+           doc="MaxPool over windows that tile the input, and where in each window its first maximum is "
+               "(i * kw + j; 255 for none).")
+    reg.op(MAX_POOL_GRAD_ARGMAX, inputs=["orig_output: T", "argmax: uint8", "grad: T"], outputs=["output: T"],
+           attrs=[*pool_attrs, "input_size: list(int)", "relu: bool = false"],
+           shape_fn=_max_pool_grad_argmax_shape,
+           doc="MaxPoolGrad of a _MaxPoolArgmax: each gradient to its window's argmax, over an input of "
+               "input_size (height, width); with relu, masked where orig_output is not positive.")
     reg.op(FUSED, inputs=["inputs: Tin"], outputs=["output: Tout"],
            attrs=["Tin: list(type)", "Tout: type", "ops: list(string)", "args: list(int)", "types: list(type)",
                   "literals: list(float) = []", "literal_types: list(type) = []", "names: list(string) = []"],
