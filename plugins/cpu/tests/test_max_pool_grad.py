@@ -237,3 +237,76 @@ def test_the_usual_2x2_pool_and_its_gradient_take_the_2x2_loops(monkeypatch):
     calls.clear()
     _grad(x[:, :27, :27], 2, 2, "SAME", np.ones((4, 14, 14, 8), np.float32))  # the last window in padding
     assert set(calls) == {"_max_pool_loop", "_max_pool_grad_tiles_loop"}
+
+
+@pytest.mark.parametrize("k,padding,h,w", [(2, "VALID", 7, 9), (2, "SAME", 8, 6), (2, "SAME", 7, 5), (3, "SAME", 7, 8),
+                                           (3, "VALID", 7, 6)])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_argmax_pool_and_gradient_match_maxpool_and_its_gradients(path, k, padding, h, w, data_format, dtype,
+                                                                     monkeypatch):
+    """_MaxPoolArgmax gives MaxPool's output and each window's first maximum (its offset in
+    the window, 255 for a NaN window); _MaxPoolGradArgmax gives MaxPoolGrad's values, and
+    with ``relu`` _MaxPoolGradReluGrad's: ties, NaN, infinite gradients, zero masks, the rows
+    and columns VALID leaves uncovered, windows reaching into SAME's padding; the 2 x 2 loops
+    where the windows are inside the image."""
+    from tensorweave.framework.graph import apply_op
+
+    calls = []
+    for name in ("_max_pool_argmax_2x2_loop", "_max_pool_grad_argmax_2x2_loop"):
+        real = getattr(nn, name)
+        monkeypatch.setattr(nn, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
+    rng = np.random.default_rng(k * 100 + h * 10 + w)
+    x = np.maximum(rng.integers(-2, 4, (2, h, w, 3)), -1).astype(dtype)  # ties, zeros, negatives
+    x[0, 0, 0, 0] = x[0, 0, 1, 0] = x[0, 1, 0, 0] = x[0, 1, 1, 0] = np.nan  # a window of NaN
+    x[1, 0, 0, 1] = np.inf
+    to = (lambda a: a) if data_format == "NHWC" else (lambda a: a.transpose(0, 3, 1, 2).copy())
+    back = (lambda a: a) if data_format == "NHWC" else (lambda a: a.transpose(0, 2, 3, 1))
+    window = [1, k, k, 1] if data_format == "NHWC" else [1, 1, k, k]
+    attrs = {"ksize": window, "strides": window, "padding": padding, "data_format": data_format}
+    graph = tw.Graph()
+    with graph.as_default():
+        xt = tw.placeholder(dtype, to(x).shape)  # fed: nothing folded at plan time
+        y, arg = apply_op("_MaxPoolArgmax", [xt], attrs)
+        y_ref = apply_op("MaxPool", [xt], attrs)
+        g = rng.standard_normal(back(np.empty(y.shape.as_list())).shape).astype(dtype)
+        g[0, 0, 1, :] = [np.inf, -np.inf, np.nan]
+        gt = tw.constant(to(g))
+        grads = [apply_op("_MaxPoolGradArgmax", [y, arg, gt], {**attrs, "input_size": [h, w], "relu": relu})
+                 for relu in (False, True)]
+        refs = [apply_op("MaxPoolGrad", [xt, y_ref, gt], attrs), apply_op("_MaxPoolGradReluGrad", [xt, y_ref, gt], attrs)]
+        with tw.Session(graph=graph, config=tw.ConfigProto(graph_options=tw.GraphOptions(
+                enable_elementwise_fusion=False))) as sess:
+            yv, argv, yr, *dxs = sess.run([y, arg, y_ref, *grads, *refs], {xt: to(x)})
+    assert yv.tobytes() == yr.tobytes() and argv.dtype == np.uint8
+    yv, argv = back(yv), back(argv)
+    pt = max(0, (yv.shape[1] - 1) * k + k - h) // 2 if padding == "SAME" else 0
+    pl = max(0, (yv.shape[2] - 1) * k + k - w) // 2 if padding == "SAME" else 0
+    for b, oy, ox, ch in itertools.product(*(range(d) for d in yv.shape)):
+        cells = [(i, j) for i in range(k) for j in range(k)
+                 if 0 <= oy * k - pt + i < h and 0 <= ox * k - pl + j < w]
+        first = [i * k + j for i, j in cells if x[b, oy * k - pt + i, ox * k - pl + j, ch] == yv[b, oy, ox, ch]]
+        assert argv[b, oy, ox, ch] == (first[0] if first else 255)
+    assert argv[0, 0, 0, 0] == 255
+    for got, want in zip(dxs[:2], dxs[2:]):
+        np.testing.assert_array_equal(got, want)  # (NaN where the other gives NaN; -0.0 == 0.0)
+    assert np.isnan(dxs[1]).any()
+    inside = k == 2 and padding == "VALID" or (k == 2 and h % 2 == 0 and w % 2 == 0)
+    assert set(calls) == ({"_max_pool_argmax_2x2_loop", "_max_pool_grad_argmax_2x2_loop"}
+                          if path == "compiled" and inside else set())
+
+
+def test_the_argmax_gradient_checks_its_inputs():
+    from tensorweave.framework.graph import apply_op
+
+    attrs = {"ksize": [1, 2, 2, 1], "strides": [1, 2, 2, 1], "padding": "VALID", "input_size": [4, 4]}
+    graph = tw.Graph()
+    with graph.as_default():
+        y = tw.placeholder(tw.float32, [None, None, None, 2])
+        arg = tw.placeholder(tw.uint8, [None, None, None, 2])
+        dx = apply_op("_MaxPoolGradArgmax", [y, arg, y], attrs)
+        with tw.Session(graph=graph) as sess:
+            with pytest.raises(tw.errors.InvalidArgumentError, match=r"pooling a 4x4 input"):
+                sess.run(dx, {y: np.ones((1, 3, 3, 2), np.float32), arg: np.zeros((1, 3, 3, 2), np.uint8)})
+            ok = sess.run(dx, {y: np.ones((1, 2, 2, 2), np.float32), arg: np.full((1, 2, 2, 2), 3, np.uint8)})
+    assert ok.sum() == 8 and ok[0, 1, 1].tolist() == [1, 1] and ok[0, 3, 3].tolist() == [1, 1]

@@ -792,6 +792,193 @@ def _max_pool_grad(ctx, relu=False):
     return max_pool_relu_grad
 
 
+# The argmax form of a tiling max pool and its gradient (ops/fusion_ops.py,
+# passes/pool_grad_fusion.py): the pool also writes where each window's first maximum is, and
+# the gradient routes each output's gradient there, reading a byte per output instead of
+# comparing the pooled tensor with the output again.
+_NONE = 255  # fusion_ops.NO_ARGMAX
+
+
+def _max_pool_argmax_images(x, y, arg, kh, kw, pt, pl, n0, n1):
+    """Images [n0, n1) of a max pool over tiling windows and its argmax (compiled by numba):
+    the maximum as ``_max_pool_images`` finds it, then the first position (``i * kw + j``)
+    equal to it, 255 for none; the channels innermost."""
+    h, w, c = x.shape[1], x.shape[2], x.shape[3]
+    oh, ow = y.shape[1], y.shape[2]
+    for b in range(n0, n1):
+        for oy in range(oh):
+            r0, r1 = max(0, oy * kh - pt), min(h, oy * kh - pt + kh)
+            for ox in range(ow):
+                q0, q1 = max(0, ox * kw - pl), min(w, ox * kw - pl + kw)
+                for ch in range(c):
+                    y[b, oy, ox, ch] = x[b, r0, q0, ch]
+                    arg[b, oy, ox, ch] = _NONE
+                for r in range(r0, r1):
+                    for q in range(q0, q1):
+                        for ch in range(c):
+                            v, m = x[b, r, q, ch], y[b, oy, ox, ch]
+                            y[b, oy, ox, ch] = v if (v > m or v != v) else m
+                for r in range(r1 - 1, r0 - 1, -1):  # backwards: the first equal position is written last
+                    for q in range(q1 - 1, q0 - 1, -1):
+                        p = (r - (oy * kh - pt)) * kw + (q - (ox * kw - pl))
+                        for ch in range(c):
+                            if x[b, r, q, ch] == y[b, oy, ox, ch]:
+                                arg[b, oy, ox, ch] = p
+
+
+_max_pool_argmax_loop = jit.Loop(_max_pool_argmax_images)
+
+
+def _max_pool_argmax_2x2_images(x, y, arg, n0, n1):
+    """``_max_pool_argmax_images`` for 2 x 2 windows inside the image (``_max_pool_2x2_images``'s
+    case), written out: the window's four values read once for both."""
+    c = x.shape[3]
+    oh, ow = y.shape[1], y.shape[2]
+    for b in range(n0, n1):
+        for oy in range(oh):
+            r = 2 * oy
+            for ox in range(ow):
+                q = 2 * ox
+                for ch in range(c):
+                    v0, v1, v2, v3 = x[b, r, q, ch], x[b, r, q + 1, ch], x[b, r + 1, q, ch], x[b, r + 1, q + 1, ch]
+                    m = v0
+                    m = v1 if (v1 > m or v1 != v1) else m
+                    m = v2 if (v2 > m or v2 != v2) else m
+                    m = v3 if (v3 > m or v3 != v3) else m
+                    y[b, oy, ox, ch] = m
+                    k = np.uint8(3) if v3 == m else np.uint8(_NONE)
+                    k = np.uint8(2) if v2 == m else k
+                    k = np.uint8(1) if v1 == m else k
+                    arg[b, oy, ox, ch] = np.uint8(0) if v0 == m else k
+
+
+_max_pool_argmax_2x2_loop = jit.Loop(_max_pool_argmax_2x2_images)
+
+
+def _max_pool_argmax(ctx):
+    fmt, (kh, kw), _ = _pool_setup(ctx)
+
+    def max_pool_argmax(x):
+        if x.ndim != 4:
+            raise ctx.error(_E, f"input must be 4-D, got shape {x.shape}")
+        x = _to_nhwc(x, fmt)
+        n, h, w, c = x.shape
+        oh, ow, pads = _geometry(ctx, h, w, kh, kw, kh, kw)
+        y, arg = np.empty((n, oh, ow, c), x.dtype), np.empty((n, oh, ow, c), np.uint8)
+        if jit.enabled() and y.size:
+            xs = np.ascontiguousarray(x)
+            if _inside_2x2(kh, kw, kh, kw, pads, h, w, oh, ow):
+                rowwise.over_rows(lambda n0, n1: _max_pool_argmax_2x2_loop(xs, y, arg, n0, n1), n, x.size)
+            else:
+                rowwise.over_rows(lambda n0, n1: _max_pool_argmax_loop(xs, y, arg, kh, kw, pads[0], pads[2], n0, n1),
+                                  n, x.size)
+            return _from_nhwc(y, fmt), _from_nhwc(arg, fmt)
+        xp = _pad(x, pads, _lowest(x.dtype))
+        y[...] = _pool_1d(_pool_1d(xp, 1, kh, kh, oh, np.maximum), 2, kw, kw, ow, np.maximum)
+        arg.fill(_NONE)
+        rows, cols = _inside(h, kh, oh, pads[0]), _inside(w, kw, ow, pads[2])
+        for i in range(kh - 1, -1, -1):  # backwards: the first equal position is written last
+            for j in range(kw - 1, -1, -1):
+                hit = _tap(xp, i, j, oh, ow, kh, kw) == y
+                hit &= rows[i][None, :, None, None] & cols[j][None, None, :, None]  # (padding is never chosen)
+                arg[hit] = i * kw + j
+        return _from_nhwc(y, fmt), _from_nhwc(arg, fmt)
+    return max_pool_argmax
+
+
+def _inside(size, k, out, before):
+    """[k, out] bool: whether window offset ``i`` of output ``o`` is inside ``size``."""
+    pos = np.arange(out)[None, :] * k - before + np.arange(k)[:, None]
+    return (pos >= 0) & (pos < size)
+
+
+def _max_pool_grad_argmax_2x2_images(y, arg, g, dx, relu, n0, n1):
+    """Images [n0, n1) of ``_MaxPoolGradArgmax`` for ``_max_pool_argmax_2x2_images``'s windows:
+    each position in its own loop over the channels (one place stored: it vectorises), then
+    zero in the row and column no window covers (VALID on odd sizes). With ``relu``, the
+    gradient times 1 where the output is positive, else 0 (as ``_max_pool_grad_tiles``)."""
+    h, w, c = dx.shape[1], dx.shape[2], dx.shape[3]
+    oh, ow = y.shape[1], y.shape[2]
+    zero, one = g.dtype.type(0), g.dtype.type(1)
+    for b in range(n0, n1):
+        for oy in range(oh):
+            for ox in range(ow):
+                for p in range(4):
+                    r, q = 2 * oy + p // 2, 2 * ox + p % 2
+                    for ch in range(c):
+                        d = g[b, oy, ox, ch]
+                        if relu:
+                            d = d * (one if y[b, oy, ox, ch] > 0 else zero)
+                        dx[b, r, q, ch] = d if arg[b, oy, ox, ch] == p else zero
+        for r in range(2 * oh, h):
+            for q in range(w):
+                for ch in range(c):
+                    dx[b, r, q, ch] = zero
+        for r in range(2 * oh):
+            for q in range(2 * ow, w):
+                for ch in range(c):
+                    dx[b, r, q, ch] = zero
+
+
+_max_pool_grad_argmax_2x2_loop = jit.Loop(_max_pool_grad_argmax_2x2_images)
+
+
+def _max_pool_grad_argmax_images(y, arg, g, dx, kh, kw, pt, pl, relu, n0, n1):
+    """Images [n0, n1) of ``_MaxPoolGradArgmax`` for any tiling windows (``dx`` zeroed by the
+    caller): each output's gradient written at its argmax."""
+    c = dx.shape[3]
+    oh, ow = y.shape[1], y.shape[2]
+    zero, one = g.dtype.type(0), g.dtype.type(1)
+    for b in range(n0, n1):
+        for oy in range(oh):
+            for ox in range(ow):
+                for ch in range(c):
+                    p = arg[b, oy, ox, ch]
+                    if p != _NONE:
+                        d = g[b, oy, ox, ch]
+                        if relu:
+                            d = d * (one if y[b, oy, ox, ch] > 0 else zero)
+                        dx[b, oy * kh - pt + p // kw, ox * kw - pl + p % kw, ch] = d
+
+
+_max_pool_grad_argmax_loop = jit.Loop(_max_pool_grad_argmax_images)
+
+
+def _max_pool_grad_argmax(ctx):
+    fmt, (kh, kw), _ = _pool_setup(ctx)
+    h, w = ctx.attrs["input_size"]
+    relu = ctx.attrs["relu"]
+
+    def max_pool_grad_argmax(y, arg, g):
+        oh, ow, pads = _geometry(ctx, h, w, kh, kw, kh, kw)
+        if y.ndim == arg.ndim == g.ndim == 4:
+            y, arg, g = _to_nhwc(y, fmt), _to_nhwc(arg, fmt), _to_nhwc(g, fmt)
+        if y.ndim != 4 or y.shape[1:3] != (oh, ow) or arg.shape != y.shape or g.shape != y.shape:
+            raise ctx.error(_E, f"orig_output {y.shape}, argmax {arg.shape} and grad {g.shape} must have the shape "
+                                f"of pooling a {h}x{w} input, [n, {oh}, {ow}, c] (NHWC)")
+        n, c = y.shape[0], y.shape[3]
+        if jit.enabled() and y.size:
+            ys, args, gs = (np.ascontiguousarray(a) for a in (y, arg, g))
+            if _inside_2x2(kh, kw, kh, kw, pads, h, w, oh, ow):
+                dx = np.empty((n, h, w, c), g.dtype)
+                rowwise.over_rows(lambda n0, n1: _max_pool_grad_argmax_2x2_loop(ys, args, gs, dx, relu, n0, n1),
+                                  n, dx.size)
+            else:
+                dx = np.zeros((n, h, w, c), g.dtype)
+                rowwise.over_rows(lambda n0, n1: _max_pool_grad_argmax_loop(ys, args, gs, dx, kh, kw, pads[0], pads[2],
+                                                                            relu, n0, n1), n, dx.size)
+            return _from_nhwc(dx, fmt)
+        d = _relu_grad(g, y) if relu else g
+        pt, pb, pl, pr = pads
+        dxp = np.zeros((n, h + pt + pb, w + pl + pr, c), g.dtype)
+        zero = _zero(dxp)
+        for i in range(kh):
+            for j in range(kw):  # (the windows tile: each element is in one tap at most)
+                np.copyto(_tap(dxp, i, j, oh, ow, kh, kw), np.where(arg == i * kw + j, d, zero))
+        return _from_nhwc(dxp[:, pt:pt + h, pl:pl + w, :], fmt)
+    return max_pool_grad_argmax
+
+
 def _window_counts(h, w, kh, kw, sh, sw, oh, ow, pads, dtype):
     """How many input (non-padding) elements each window covers: [1, oh, ow, 1]."""
     pt, _, pl, _ = pads
@@ -923,6 +1110,8 @@ def register(reg):
     reg.register("Conv2DBackpropInput", CPU, factory=_conv2d_backprop_input)
     reg.register("Conv2DBackpropFilter", CPU, factory=_conv2d_backprop_filter)
     reg.register("MaxPool", CPU, factory=_max_pool)
+    reg.register("_MaxPoolArgmax", CPU, factory=_max_pool_argmax)
+    reg.register("_MaxPoolGradArgmax", CPU, factory=_max_pool_grad_argmax)
     reg.register("MaxPoolGrad", CPU, factory=_max_pool_grad)
     reg.register("AvgPool", CPU, factory=_avg_pool)
     reg.register("AvgPoolGrad", CPU, factory=_avg_pool_grad)
