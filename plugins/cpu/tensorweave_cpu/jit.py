@@ -42,12 +42,18 @@ class Loop:
         return fn(*args)
 
     def _compile(self):
+        # NumPy's error model: a float division by zero gives inf or NaN as in the NumPy
+        # formulas the loops stand for, where numba's default (Python's) checks every divisor
+        # to raise ZeroDivisionError, a branch that keeps LLVM from vectorising the loop
+        # (RMSProp, Adam, Adagrad over 200k elements: 0.47 -> 0.06 ms, the same bits).
+        # numba's cache is keyed on the loop's source file and the machine, not on these
+        # options: after changing them, delete the cached ``*.nbi``/``*.nbc`` files.
         with _lock:
             if self._compiled is None:
                 import numba
 
                 try:
-                    self._compiled = numba.njit(nogil=True, cache=True)(self._fn)
+                    self._compiled = numba.njit(nogil=True, cache=True, error_model="numpy")(self._fn)
                 except RuntimeError:  # no writable place for the cache: compile in every process
-                    self._compiled = numba.njit(nogil=True)(self._fn)
+                    self._compiled = numba.njit(nogil=True, error_model="numpy")(self._fn)
         return self._compiled

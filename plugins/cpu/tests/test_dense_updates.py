@@ -105,6 +105,38 @@ def test_adam_with_nesterov_gives_the_formulas_bits(monkeypatch, dtype):
     _same_bits(by_numpy, compiled, dtype, "adam nesterov")
 
 
+@needs_numba
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+@pytest.mark.filterwarnings("ignore:invalid value encountered", "ignore:divide by zero")
+def test_a_division_by_zero_gives_the_formulas_inf_and_nan(monkeypatch, dtype):
+    """Adagrad with a zero accumulator and zero gradients divides 0 by 0, RMSProp with no
+    epsilon divides by sqrt(0): NaN and inf as NumPy gives them, never ZeroDivisionError
+    (the loops compile with NumPy's error model)."""
+    grad = np.zeros(W_SHAPE, dtype)
+    grad[0, :3] = [1, -1, 0]
+
+    def run():
+        g = tw.Graph()
+        with g.as_default():
+            var = tw.Variable(np.ones(W_SHAPE, dtype), name="var")
+            acc = tw.Variable(np.zeros(W_SHAPE, dtype), name="acc")
+            ms = tw.Variable(np.zeros(W_SHAPE, dtype), name="ms")
+            mom = tw.Variable(np.zeros(W_SHAPE, dtype), name="mom")
+            var2 = tw.Variable(np.ones(W_SHAPE, dtype), name="var2")
+            c = [tw.constant(v, dtype) for v in (0.1, 1.0, 0.0, 0.0)]  # rho 1: ms stays 0
+            steps = [training_ops.apply_adagrad(var, acc, c[0], tw.constant(grad)),
+                     training_ops.apply_rms_prop(var2, ms, mom, c[0], c[1], c[2], c[3], tw.constant(grad))]
+        with tw.Session(graph=g) as sess:
+            sess.run(tw.global_variables_initializer())
+            sess.run([t.op for t in steps])
+            return {k.op.name: sess.run(k) for k in (var, acc, var2, ms, mom)}
+
+    by_numpy, compiled = _both_paths(monkeypatch, run)
+    _same_bits(by_numpy, compiled, dtype, "division by zero")
+    assert np.isnan(compiled["var"][0, 2]) and np.isnan(compiled["var2"][1, 0])
+    assert np.isneginf(compiled["var2"][0, 0]) and np.isposinf(compiled["var2"][0, 1])
+
+
 def _address(a):
     return a.__array_interface__["data"][0]
 
