@@ -194,9 +194,10 @@ def test_pool_gradient_through_the_relu_is_relugrad_of_maxpoolgrad(path, k, s, p
 @pytest.mark.parametrize("dtype", [np.float32, np.float64])
 def test_the_2x2_loops_give_the_general_loops_bits(h, w, padding, inside, dtype):
     """``_max_pool_2x2_images`` and ``_max_pool_grad_2x2_images`` (with and without the ReLU
-    mask) against ``_max_pool_images`` and ``_max_pool_grad_tiles``: ties, NaN, infinities and
-    signed zeros in the windows, infinite and NaN gradients, and the row and column VALID
-    leaves uncovered on odd sizes; a window reaching into SAME's padding is not theirs."""
+    mask; then ``_zero_uncovered``) against ``_max_pool_images`` and ``_max_pool_grad_tiles``:
+    ties, NaN, infinities and signed zeros in the windows, infinite and NaN gradients, and the
+    row and column VALID leaves uncovered on odd sizes; a window reaching into SAME's padding
+    is not theirs."""
     if not nn.jit.enabled():
         pytest.skip("numba is not installed (the fusion extra)")
     rng = np.random.default_rng(h * w)
@@ -212,7 +213,7 @@ def test_the_2x2_loops_give_the_general_loops_bits(h, w, padding, inside, dtype)
         return
     y_general, y = np.empty((3, oh, ow, 11), dtype), np.empty((3, oh, ow, 11), dtype)
     nn._max_pool_loop(x, y_general, 2, 2, 2, 2, 0, 0, 0, 3)
-    nn._max_pool_2x2_loop(x, y, 0, 3)
+    nn._max_pool_2x2_loop(x, y, nn._NO_ARG, False, 0, 3)
     assert y.tobytes() == y_general.tobytes()
     g = rng.standard_normal(y.shape).astype(dtype)
     g[0, 0, 0, :4] = [np.inf, -np.inf, np.nan, -0.0]
@@ -220,6 +221,7 @@ def test_the_2x2_loops_give_the_general_loops_bits(h, w, padding, inside, dtype)
         want, got = np.full(x.shape, 7, dtype), np.full(x.shape, 7, dtype)  # (every element is written)
         nn._max_pool_grad_tiles_loop(x, y, g, want, 2, 2, 0, 0, relu, 0, 3)
         nn._max_pool_grad_2x2_loop(x, y, g, got, relu, 0, 3)
+        nn._zero_uncovered(got, oh, ow)  # (the kernel's own step after the loop)
         assert got.tobytes() == want.tobytes()
 
 
@@ -253,7 +255,7 @@ def test_the_argmax_pool_and_gradient_match_maxpool_and_its_gradients(path, k, p
     from tensorweave.framework.graph import apply_op
 
     calls = []
-    for name in ("_max_pool_argmax_2x2_loop", "_max_pool_grad_argmax_2x2_loop"):
+    for name in ("_max_pool_2x2_loop", "_max_pool_grad_argmax_2x2_loop"):
         real = getattr(nn, name)
         monkeypatch.setattr(nn, name, lambda *a, real=real, name=name: calls.append(name) or real(*a))
     rng = np.random.default_rng(k * 100 + h * 10 + w)
@@ -292,7 +294,7 @@ def test_the_argmax_pool_and_gradient_match_maxpool_and_its_gradients(path, k, p
         np.testing.assert_array_equal(got, want)  # (NaN where the other gives NaN; -0.0 == 0.0)
     assert np.isnan(dxs[1]).any()
     inside = k == 2 and padding == "VALID" or (k == 2 and h % 2 == 0 and w % 2 == 0)
-    assert set(calls) == ({"_max_pool_argmax_2x2_loop", "_max_pool_grad_argmax_2x2_loop"}
+    assert set(calls) == ({"_max_pool_2x2_loop", "_max_pool_grad_argmax_2x2_loop"}
                           if path == "compiled" and inside else set())
 
 

@@ -566,12 +566,23 @@ def _max_pool_images(x, y, kh, kw, sh, sw, pt, pl, n0, n1):
 _max_pool_loop = jit.Loop(_max_pool_images)
 
 
-def _max_pool_2x2_images(x, y, n0, n1):
+_NONE = 255  # no input equals the window's maximum (fusion_ops.NO_ARGMAX)
+_NO_ARG = np.empty((0, 0, 0, 0), np.uint8)  # (MaxPool's: no argmax written)
+
+
+def _inside_2x2(kh, kw, sh, sw, pads, h, w, oh, ow):
+    """Whether the windows are 2 x 2 at strides 2, none reaching into padding."""
+    return (kh, kw, sh, sw) == (2, 2, 2, 2) and pads[0] == pads[2] == 0 and 2 * oh <= h and 2 * ow <= w
+
+
+def _max_pool_2x2_images(x, y, arg, with_arg, n0, n1):
     """``_max_pool_images`` for 2 x 2 windows at strides 2 wholly inside the image (TF1's
     usual pool), the window written out: the four loads and selects of each channel in one
     loop that vectorises (the general loop stores each partial maximum back: the convnet's
     first pool, [128, 28, 28, 32], 1.3-1.5 -> 0.6-0.7 ms on one core). The same maximum:
-    the window's positions in the same order, NaN winning."""
+    the window's positions in the same order, NaN winning. ``with_arg``: also where the
+    first maximum is (``_MaxPoolArgmax``, as ``_window_argmax_images`` finds it) in ``arg``,
+    from the same four values."""
     c = x.shape[3]
     oh, ow = y.shape[1], y.shape[2]
     for b in range(n0, n1):
@@ -580,22 +591,20 @@ def _max_pool_2x2_images(x, y, n0, n1):
             for ox in range(ow):
                 q = 2 * ox
                 for ch in range(c):
-                    m = x[b, r, q, ch]
-                    v = x[b, r, q + 1, ch]
-                    m = v if (v > m or v != v) else m
-                    v = x[b, r + 1, q, ch]
-                    m = v if (v > m or v != v) else m
-                    v = x[b, r + 1, q + 1, ch]
-                    m = v if (v > m or v != v) else m
+                    v0, v1, v2, v3 = x[b, r, q, ch], x[b, r, q + 1, ch], x[b, r + 1, q, ch], x[b, r + 1, q + 1, ch]
+                    m = v0
+                    m = v1 if (v1 > m or v1 != v1) else m
+                    m = v2 if (v2 > m or v2 != v2) else m
+                    m = v3 if (v3 > m or v3 != v3) else m
                     y[b, oy, ox, ch] = m
+                    if with_arg:
+                        k = np.uint8(3) if v3 == m else np.uint8(_NONE)
+                        k = np.uint8(2) if v2 == m else k
+                        k = np.uint8(1) if v1 == m else k
+                        arg[b, oy, ox, ch] = np.uint8(0) if v0 == m else k
 
 
 _max_pool_2x2_loop = jit.Loop(_max_pool_2x2_images)
-
-
-def _inside_2x2(kh, kw, sh, sw, pads, h, w, oh, ow):
-    """Whether the windows are 2 x 2 at strides 2, none reaching into padding."""
-    return (kh, kw, sh, sw) == (2, 2, 2, 2) and pads[0] == pads[2] == 0 and 2 * oh <= h and 2 * ow <= w
 
 
 def _max_pool(ctx):
@@ -614,7 +623,7 @@ def _max_pool(ctx):
             xs, y = np.ascontiguousarray(x), np.empty((n, oh, ow, x.shape[3]), x.dtype)
             pt, _, pl, _ = pads
             if _inside_2x2(kh, kw, sh, sw, pads, x.shape[1], x.shape[2], oh, ow):
-                rowwise.over_rows(lambda n0, n1: _max_pool_2x2_loop(xs, y, n0, n1), n, x.size)
+                rowwise.over_rows(lambda n0, n1: _max_pool_2x2_loop(xs, y, _NO_ARG, False, n0, n1), n, x.size)
             else:
                 rowwise.over_rows(lambda n0, n1: _max_pool_loop(xs, y, kh, kw, sh, sw, pt, pl, n0, n1), n, x.size)
             return _from_nhwc(y, fmt)
@@ -687,10 +696,10 @@ def _max_pool_grad_2x2_images(x, y, g, dx, relu, n0, n1):
     """``_max_pool_grad_tiles`` for the windows of ``_max_pool_2x2_images``: each of a
     window's four positions in its own loop over the channels, which stores to one place and
     so vectorises (a position takes the gradient where it equals the maximum and no position
-    before it does), then zero in the last row and column where no window covers them (VALID
-    on odd sizes). The same values, ``relu``'s mask included: the convnet's first pool
-    gradient 2.1-2.4 -> 2.0 ms on one core, its second 0.6 -> 0.45 ms."""
-    h, w, c = x.shape[1], x.shape[2], x.shape[3]
+    before it does); the caller zeroes the last row and column where no window covers them
+    (``_zero_uncovered``). The same values, ``relu``'s mask included: the convnet's first
+    pool gradient 2.1-2.4 -> 2.0 ms on one core, its second 0.6 -> 0.45 ms."""
+    c = x.shape[3]
     oh, ow = y.shape[1], y.shape[2]
     zero, one = g.dtype.type(0), g.dtype.type(1)
     for b in range(n0, n1):
@@ -723,17 +732,16 @@ def _max_pool_grad_2x2_images(x, y, g, dx, relu, n0, n1):
                     if relu:
                         d = d * (one if v > 0 else zero)
                     dx[b, r + 1, q + 1, ch] = d
-        for r in range(2 * oh, h):
-            for q in range(w):
-                for ch in range(c):
-                    dx[b, r, q, ch] = zero
-        for r in range(2 * oh):
-            for q in range(2 * ow, w):
-                for ch in range(c):
-                    dx[b, r, q, ch] = zero
 
 
 _max_pool_grad_2x2_loop = jit.Loop(_max_pool_grad_2x2_images)
+
+
+def _zero_uncovered(dx, oh, ow):
+    """Zero the last row and column of ``dx`` (NHWC) that 2 x 2 windows of an ``oh`` x ``ow``
+    output leave uncovered (VALID pooling of odd sizes), which the 2 x 2 loops do not write."""
+    dx[:, 2 * oh:] = 0
+    dx[:, :2 * oh, 2 * ow:] = 0
 
 
 def _max_pool_grad(ctx, relu=False):
@@ -759,6 +767,7 @@ def _max_pool_grad(ctx, relu=False):
             if _inside_2x2(kh, kw, sh, sw, pads, h, w, oh, ow):
                 dx = np.empty(x.shape, g.dtype)
                 rowwise.over_rows(lambda n0, n1: _max_pool_grad_2x2_loop(xs, ys, gs, dx, relu, n0, n1), n, x.size)
+                _zero_uncovered(dx, oh, ow)
                 return _from_nhwc(dx, fmt), relu
             if (kh, kw) == (sh, sw):  # windows that tile: each element written once
                 dx = np.empty(x.shape, g.dtype)
@@ -796,13 +805,12 @@ def _max_pool_grad(ctx, relu=False):
 # passes/pool_grad_fusion.py): the pool also writes where each window's first maximum is, and
 # the gradient routes each output's gradient there, reading a byte per output instead of
 # comparing the pooled tensor with the output again.
-_NONE = 255  # fusion_ops.NO_ARGMAX
 
 
-def _max_pool_argmax_images(x, y, arg, kh, kw, pt, pl, n0, n1):
-    """Images [n0, n1) of a max pool over tiling windows and its argmax (compiled by numba):
-    the maximum as ``_max_pool_images`` finds it, then the first position (``i * kw + j``)
-    equal to it, 255 for none; the channels innermost."""
+def _window_argmax_images(x, y, arg, kh, kw, pt, pl, n0, n1):
+    """Images [n0, n1) of a tiling max pool's argmax (compiled by numba), given its output
+    ``y`` (``_max_pool_images``): the first position of each window (``i * kw + j``) equal to
+    its maximum, 255 for none."""
     h, w, c = x.shape[1], x.shape[2], x.shape[3]
     oh, ow = y.shape[1], y.shape[2]
     for b in range(n0, n1):
@@ -811,13 +819,7 @@ def _max_pool_argmax_images(x, y, arg, kh, kw, pt, pl, n0, n1):
             for ox in range(ow):
                 q0, q1 = max(0, ox * kw - pl), min(w, ox * kw - pl + kw)
                 for ch in range(c):
-                    y[b, oy, ox, ch] = x[b, r0, q0, ch]
                     arg[b, oy, ox, ch] = _NONE
-                for r in range(r0, r1):
-                    for q in range(q0, q1):
-                        for ch in range(c):
-                            v, m = x[b, r, q, ch], y[b, oy, ox, ch]
-                            y[b, oy, ox, ch] = v if (v > m or v != v) else m
                 for r in range(r1 - 1, r0 - 1, -1):  # backwards: the first equal position is written last
                     for q in range(q1 - 1, q0 - 1, -1):
                         p = (r - (oy * kh - pt)) * kw + (q - (ox * kw - pl))
@@ -826,33 +828,7 @@ def _max_pool_argmax_images(x, y, arg, kh, kw, pt, pl, n0, n1):
                                 arg[b, oy, ox, ch] = p
 
 
-_max_pool_argmax_loop = jit.Loop(_max_pool_argmax_images)
-
-
-def _max_pool_argmax_2x2_images(x, y, arg, n0, n1):
-    """``_max_pool_argmax_images`` for 2 x 2 windows inside the image (``_max_pool_2x2_images``'s
-    case), written out: the window's four values read once for both."""
-    c = x.shape[3]
-    oh, ow = y.shape[1], y.shape[2]
-    for b in range(n0, n1):
-        for oy in range(oh):
-            r = 2 * oy
-            for ox in range(ow):
-                q = 2 * ox
-                for ch in range(c):
-                    v0, v1, v2, v3 = x[b, r, q, ch], x[b, r, q + 1, ch], x[b, r + 1, q, ch], x[b, r + 1, q + 1, ch]
-                    m = v0
-                    m = v1 if (v1 > m or v1 != v1) else m
-                    m = v2 if (v2 > m or v2 != v2) else m
-                    m = v3 if (v3 > m or v3 != v3) else m
-                    y[b, oy, ox, ch] = m
-                    k = np.uint8(3) if v3 == m else np.uint8(_NONE)
-                    k = np.uint8(2) if v2 == m else k
-                    k = np.uint8(1) if v1 == m else k
-                    arg[b, oy, ox, ch] = np.uint8(0) if v0 == m else k
-
-
-_max_pool_argmax_2x2_loop = jit.Loop(_max_pool_argmax_2x2_images)
+_window_argmax_loop = jit.Loop(_window_argmax_images)
 
 
 def _max_pool_argmax(ctx):
@@ -868,10 +844,12 @@ def _max_pool_argmax(ctx):
         if jit.enabled() and y.size:
             xs = np.ascontiguousarray(x)
             if _inside_2x2(kh, kw, kh, kw, pads, h, w, oh, ow):
-                rowwise.over_rows(lambda n0, n1: _max_pool_argmax_2x2_loop(xs, y, arg, n0, n1), n, x.size)
+                rowwise.over_rows(lambda n0, n1: _max_pool_2x2_loop(xs, y, arg, True, n0, n1), n, x.size)
             else:
-                rowwise.over_rows(lambda n0, n1: _max_pool_argmax_loop(xs, y, arg, kh, kw, pads[0], pads[2], n0, n1),
-                                  n, x.size)
+                def images(n0, n1):  # the maximum, then where it is (windows other than 2 x 2: rare)
+                    _max_pool_loop(xs, y, kh, kw, kh, kw, pads[0], pads[2], n0, n1)
+                    _window_argmax_loop(xs, y, arg, kh, kw, pads[0], pads[2], n0, n1)
+                rowwise.over_rows(images, n, x.size)
             return _from_nhwc(y, fmt), _from_nhwc(arg, fmt)
         xp = _pad(x, pads, _lowest(x.dtype))
         y[...] = _pool_1d(_pool_1d(xp, 1, kh, kh, oh, np.maximum), 2, kw, kw, ow, np.maximum)
@@ -893,11 +871,11 @@ def _inside(size, k, out, before):
 
 
 def _max_pool_grad_argmax_2x2_images(y, arg, g, dx, relu, n0, n1):
-    """Images [n0, n1) of ``_MaxPoolGradArgmax`` for ``_max_pool_argmax_2x2_images``'s windows:
-    each position in its own loop over the channels (one place stored: it vectorises), then
-    zero in the row and column no window covers (VALID on odd sizes). With ``relu``, the
-    gradient times 1 where the output is positive, else 0 (as ``_max_pool_grad_tiles``)."""
-    h, w, c = dx.shape[1], dx.shape[2], dx.shape[3]
+    """Images [n0, n1) of ``_MaxPoolGradArgmax`` for ``_max_pool_2x2_images``'s windows:
+    each position in its own loop over the channels (one place stored: it vectorises); the
+    caller zeroes what no window covers. With ``relu``, the gradient times 1 where the output
+    is positive, else 0 (as ``_max_pool_grad_tiles``)."""
+    c = dx.shape[3]
     oh, ow = y.shape[1], y.shape[2]
     zero, one = g.dtype.type(0), g.dtype.type(1)
     for b in range(n0, n1):
@@ -910,14 +888,6 @@ def _max_pool_grad_argmax_2x2_images(y, arg, g, dx, relu, n0, n1):
                         if relu:
                             d = d * (one if y[b, oy, ox, ch] > 0 else zero)
                         dx[b, r, q, ch] = d if arg[b, oy, ox, ch] == p else zero
-        for r in range(2 * oh, h):
-            for q in range(w):
-                for ch in range(c):
-                    dx[b, r, q, ch] = zero
-        for r in range(2 * oh):
-            for q in range(2 * ow, w):
-                for ch in range(c):
-                    dx[b, r, q, ch] = zero
 
 
 _max_pool_grad_argmax_2x2_loop = jit.Loop(_max_pool_grad_argmax_2x2_images)
@@ -963,6 +933,7 @@ def _max_pool_grad_argmax(ctx):
                 dx = np.empty((n, h, w, c), g.dtype)
                 rowwise.over_rows(lambda n0, n1: _max_pool_grad_argmax_2x2_loop(ys, args, gs, dx, relu, n0, n1),
                                   n, dx.size)
+                _zero_uncovered(dx, oh, ow)
             else:
                 dx = np.zeros((n, h, w, c), g.dtype)
                 rowwise.over_rows(lambda n0, n1: _max_pool_grad_argmax_loop(ys, args, gs, dx, kh, kw, pads[0], pads[2],
