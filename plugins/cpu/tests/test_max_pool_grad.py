@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import itertools
 import os
+import re
 
 import numpy as np
 import pytest
@@ -312,3 +313,30 @@ def test_the_argmax_gradient_checks_its_inputs():
                 sess.run(dx, {y: np.ones((1, 3, 3, 2), np.float32), arg: np.zeros((1, 3, 3, 2), np.uint8)})
             ok = sess.run(dx, {y: np.ones((1, 2, 2, 2), np.float32), arg: np.full((1, 2, 2, 2), 3, np.uint8)})
     assert ok.sum() == 8 and ok[0, 1, 1].tolist() == [1, 1] and ok[0, 3, 3].tolist() == [1, 1]
+
+
+@pytest.mark.parametrize("k,h,bad,where", [(2, 4, 4, [0, 1, 0, 1]), (2, 4, 254, [0, 1, 0, 1]),
+                                           (3, 5, 9, [0, 1, 0, 1]), (3, 5, 5, [0, 1, 1, 1])])
+def test_an_argmax_outside_its_window_fails_the_step_and_writes_nothing_outside(path, k, h, bad, where):
+    """An argmax is data from a graph: a value that is not a position of its window (or one
+    that points outside the input: the last column's windows of a 5-wide SAME 3x3 pool reach
+    into padding at offset 5, row 1 column 2) fails the step naming it, on both paths and both
+    loops, and the session goes on."""
+    from tensorweave.framework.graph import apply_op
+
+    oh = -(-h // k)
+    attrs = {"ksize": [1, k, k, 1], "strides": [1, k, k, 1], "padding": "SAME", "input_size": [h, h]}
+    graph = tw.Graph()
+    with graph.as_default():
+        y = tw.placeholder(tw.float32, [None, oh, oh, 2])
+        arg = tw.placeholder(tw.uint8, [None, oh, oh, 2])
+        dx = apply_op("_MaxPoolGradArgmax", [y, arg, y], attrs)
+        good = np.zeros((1, oh, oh, 2), np.uint8)
+        yv = np.ones((1, oh, oh, 2), np.float32)
+        with tw.Session(graph=graph) as sess:
+            a = good.copy()
+            a[tuple(where)] = bad
+            with pytest.raises(tw.errors.InvalidArgumentError, match=re.escape(f"argmax {bad} at {where} (NHWC) is neither 255")):
+                sess.run(dx, {y: yv, arg: a})
+            out = sess.run(dx, {y: yv, arg: good})  # position 0 of every window: its top left corner
+    assert out.sum() == yv.size and out[0, ::k, ::k].all()

@@ -874,13 +874,18 @@ def _max_pool_grad_argmax_2x2_images(y, arg, g, dx, relu, n0, n1):
     """Images [n0, n1) of ``_MaxPoolGradArgmax`` for ``_max_pool_2x2_images``'s windows:
     each position in its own loop over the channels (one place stored: it vectorises); the
     caller zeroes what no window covers. With ``relu``, the gradient times 1 where the output
-    is positive, else 0 (as ``_max_pool_grad_tiles``)."""
+    is positive, else 0 (as ``_max_pool_grad_tiles``). Returns whether some argmax is neither
+    a position (0-3) nor 255 (the caller raises)."""
     c = dx.shape[3]
     oh, ow = y.shape[1], y.shape[2]
     zero, one = g.dtype.type(0), g.dtype.type(1)
+    bad = False
     for b in range(n0, n1):
         for oy in range(oh):
             for ox in range(ow):
+                for ch in range(c):
+                    k = arg[b, oy, ox, ch]
+                    bad |= (k > 3) & (k != _NONE)
                 for p in range(4):
                     r, q = 2 * oy + p // 2, 2 * ox + p % 2
                     for ch in range(c):
@@ -888,6 +893,7 @@ def _max_pool_grad_argmax_2x2_images(y, arg, g, dx, relu, n0, n1):
                         if relu:
                             d = d * (one if y[b, oy, ox, ch] > 0 else zero)
                         dx[b, r, q, ch] = d if arg[b, oy, ox, ch] == p else zero
+    return bad
 
 
 _max_pool_grad_argmax_2x2_loop = jit.Loop(_max_pool_grad_argmax_2x2_images)
@@ -895,8 +901,10 @@ _max_pool_grad_argmax_2x2_loop = jit.Loop(_max_pool_grad_argmax_2x2_images)
 
 def _max_pool_grad_argmax_images(y, arg, g, dx, kh, kw, pt, pl, relu, n0, n1):
     """Images [n0, n1) of ``_MaxPoolGradArgmax`` for any tiling windows (``dx`` zeroed by the
-    caller): each output's gradient written at its argmax."""
-    c = dx.shape[3]
+    caller): each output's gradient written at its argmax. An argmax that is not a position
+    of its window inside the input (nor 255) stops the loop before anything is written there
+    (no index is trusted: it came from a graph): returns False then, else True."""
+    h, w, c = dx.shape[1], dx.shape[2], dx.shape[3]
     oh, ow = y.shape[1], y.shape[2]
     zero, one = g.dtype.type(0), g.dtype.type(1)
     for b in range(n0, n1):
@@ -905,19 +913,43 @@ def _max_pool_grad_argmax_images(y, arg, g, dx, kh, kw, pt, pl, relu, n0, n1):
                 for ch in range(c):
                     p = arg[b, oy, ox, ch]
                     if p != _NONE:
+                        r, q = oy * kh - pt + p // kw, ox * kw - pl + p % kw
+                        if p >= kh * kw or r < 0 or r >= h or q < 0 or q >= w:
+                            return False
                         d = g[b, oy, ox, ch]
                         if relu:
                             d = d * (one if y[b, oy, ox, ch] > 0 else zero)
-                        dx[b, oy * kh - pt + p // kw, ox * kw - pl + p % kw, ch] = d
+                        dx[b, r, q, ch] = d
+    return True
 
 
 _max_pool_grad_argmax_loop = jit.Loop(_max_pool_grad_argmax_images)
+
+
+def _bad_argmax(arg, kh, kw, pt, pl, h, w):
+    """The index (NHWC) of the first argmax that is neither 255 nor a position of its window
+    inside the ``h`` x ``w`` input, or None."""
+    p = arg.astype(np.int64)
+    oy = np.arange(arg.shape[1])[None, :, None, None]
+    ox = np.arange(arg.shape[2])[None, None, :, None]
+    r, q = oy * kh - pt + p // kw, ox * kw - pl + p % kw
+    ok = (p == _NONE) | ((p < kh * kw) & (r >= 0) & (r < h) & (q >= 0) & (q < w))
+    if ok.all():
+        return None
+    return tuple(int(i) for i in np.argwhere(~ok)[0])
 
 
 def _max_pool_grad_argmax(ctx):
     fmt, (kh, kw), _ = _pool_setup(ctx)
     h, w = ctx.attrs["input_size"]
     relu = ctx.attrs["relu"]
+
+    def check(arg, pads, ok=False):
+        """Raise for an argmax that is not a position of its window inside the input."""
+        where = None if ok else _bad_argmax(arg, kh, kw, pads[0], pads[2], h, w)
+        if where is not None:
+            raise ctx.error(_E, f"argmax {arg[where]} at {list(where)} (NHWC) is neither 255 nor a position of its "
+                                f"{kh}x{kw} window inside the {h}x{w} input")
 
     def max_pool_grad_argmax(y, arg, g):
         oh, ow, pads = _geometry(ctx, h, w, kh, kw, kh, kw)
@@ -931,14 +963,19 @@ def _max_pool_grad_argmax(ctx):
             ys, args, gs = (np.ascontiguousarray(a) for a in (y, arg, g))
             if _inside_2x2(kh, kw, kh, kw, pads, h, w, oh, ow):
                 dx = np.empty((n, h, w, c), g.dtype)
-                rowwise.over_rows(lambda n0, n1: _max_pool_grad_argmax_2x2_loop(ys, args, gs, dx, relu, n0, n1),
-                                  n, dx.size)
+                bad = []
+                rowwise.over_rows(
+                    lambda n0, n1: bad.append(_max_pool_grad_argmax_2x2_loop(ys, args, gs, dx, relu, n0, n1)), n, dx.size)
+                check(args, pads, not any(bad))
                 _zero_uncovered(dx, oh, ow)
             else:
                 dx = np.zeros((n, h, w, c), g.dtype)
-                rowwise.over_rows(lambda n0, n1: _max_pool_grad_argmax_loop(ys, args, gs, dx, kh, kw, pads[0], pads[2],
-                                                                            relu, n0, n1), n, dx.size)
+                ok = []
+                rowwise.over_rows(lambda n0, n1: ok.append(_max_pool_grad_argmax_loop(
+                    ys, args, gs, dx, kh, kw, pads[0], pads[2], relu, n0, n1)), n, dx.size)
+                check(args, pads, all(ok))
             return _from_nhwc(dx, fmt)
+        check(arg, pads)
         d = _relu_grad(g, y) if relu else g
         pt, pb, pl, pr = pads
         dxp = np.zeros((n, h + pt + pb, w + pl + pr, c), g.dtype)
