@@ -27,7 +27,7 @@ is written once, already biased and rectified.
 the ReLU's output (made by ``passes/pool_grad_fusion.py``).
 
 ``_MaxPoolArgmax`` is a MaxPool over windows that tile the input (``ksize`` equal to
-``strides``, at most 255 positions) that also gives, for every output, where in its window
+``strides``, fewer than 255 positions) that also gives, for every output, where in its window
 the first maximum is: ``argmax`` (uint8, the output's shape) holds ``i * kw + j`` for window
 row ``i`` and column ``j`` (row-major, counted from the window's corner, padding included,
 though padding is never chosen), or 255 where no input equals the maximum (a NaN window).
@@ -35,7 +35,9 @@ though padding is never chosen), or 255 where no input equals the maximum (a NaN
 pooled tensor: each output's gradient goes to that position, zero everywhere else, an
 ``input_size`` (height, width) input gradient; with ``relu`` times 1 where the pool's output
 is positive, else 0, which is ``_MaxPoolGradReluGrad``'s value (the position a gradient goes
-to holds the output's value; the others get zero either way). The pool-gradient pass makes
+to holds the output's value; the others get zero either way). An argmax that is neither 255
+nor a position of its window inside the input is an InvalidArgumentError (kernels trust no
+index from a graph). The pool-gradient pass makes
 the pair where the device has both, so the gradient reads a byte per output instead of the
 pooled tensor, which it no longer keeps alive.
 
@@ -313,7 +315,7 @@ def _fused_conv2d_shape(op):
 
 def argmax_window(op) -> tuple[int, int]:
     """The (height, width) of a _MaxPoolArgmax's or _MaxPoolGradArgmax's windows, checked:
-    they tile the input (ksize equal to strides) and have at most 255 positions."""
+    they tile the input (ksize equal to strides) and have fewer than 255 positions."""
     fmt = op.get_attr("data_format")
     k, s = _attr4(op, "ksize", fmt, "pooling"), _attr4(op, "strides", fmt, "striding")
     if k != s or k[0] * k[1] >= NO_ARGMAX:
