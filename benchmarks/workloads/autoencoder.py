@@ -1,7 +1,8 @@
 """``autoencoder``: one RMSProp step of the TF1 tutorial autoencoder (784-256-128-256-784,
 sigmoid everywhere, mean squared error, batch 256) on MNIST-shaped data, with default
-settings (no threading options), placeholders of [None, 784] as the tutorial writes them;
-against the same step by hand in NumPy, and TensorFlow / JAX when installed.
+settings (no threading options), placeholders of [None, 784] as the tutorial writes them
+(the same graph with the batch fixed to 256 beside it, "static batch"); against the same
+step by hand in NumPy, and TensorFlow / JAX when installed.
 
 The data is uniform noise of MNIST's shape (nothing is downloaded): the step's cost does not
 depend on the values.
@@ -25,13 +26,15 @@ def _init():
     return ws, bs, rng.random((BATCH, SIZES[0]), dtype=np.float32)
 
 
-def build() -> Workload:
+def build(batch: int | None = None) -> Workload:
+    """The workload; ``batch``: the placeholder's batch dimension (None as the tutorial writes
+    it; the static variant is built with 256 and run beside it)."""
     import tensorweave as tw
 
     ws0, bs0, xb = _init()
     g = tw.Graph()
     with g.as_default():
-        x = tw.placeholder(tw.float32, [None, SIZES[0]], name="x")
+        x = tw.placeholder(tw.float32, [batch, SIZES[0]], name="x")
         ws = [tw.Variable(w) for w in ws0]
         bs = [tw.Variable(b) for b in bs0]
         h = x
@@ -63,7 +66,12 @@ def build() -> Workload:
                 ms[i] = DECAY * ms[i] + (1 - DECAY) * grad * grad
                 s[key][i] = s[key][i] - LR * grad / np.sqrt(ms[i] + EPS)
 
+    if batch is not None:
+        return Workload(NAME, "static batch", lambda: sess.run(train, {x: xb}), None, close=sess.close)
     others, closers = {}, [sess.close]
+    static = build(batch=BATCH)
+    others["tensorweave (static batch)"] = static.tensorweave
+    closers.append(static.close)
     v1 = peers.tf_v1()
     if v1 is not None:
         def tf_graph():

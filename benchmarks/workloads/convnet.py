@@ -1,7 +1,8 @@
 """``convnet``: one SGD step of a small convolutional net as TF1 tutorials write it with raw
 ops (28x28x1 input; conv 5x5x32 + ReLU + 2x2 max pool; conv 5x5x64 + ReLU + 2x2 max pool;
 dense 10; softmax cross-entropy), batch 128, placeholders of [None, 28, 28, 1], default
-settings. There is no hand-written NumPy step (convolution gradients by hand would measure
+settings; the same graph with the batch fixed to 128 is kept beside it ("static batch"). There
+is no hand-written NumPy step (convolution gradients by hand would measure
 that code, not NumPy), so the ratios are to TensorFlow when it is installed; JAX too.
 
 The data is noise of MNIST's shape: the step's cost does not depend on the values.
@@ -36,14 +37,16 @@ def _net(tf, x, ws, bs):
     return tf.matmul(tf.reshape(h, [-1, 7 * 7 * 64]), ws[2]) + bs[2]
 
 
-def build() -> Workload:
+def build(batch: int | None = None) -> Workload:
+    """The workload; ``batch``: the placeholders' batch dimension (None as TF1 programs write
+    it; the static variant is built with 128 and run beside it)."""
     import tensorweave as tw
 
     ws0, bs0, xb, yb = _init()
     g = tw.Graph()
     with g.as_default():
-        x = tw.placeholder(tw.float32, [None, 28, 28, 1], name="x")
-        y = tw.placeholder(tw.int32, [None], name="y")
+        x = tw.placeholder(tw.float32, [batch, 28, 28, 1], name="x")
+        y = tw.placeholder(tw.int32, [batch], name="y")
         ws, bs = [tw.Variable(w) for w in ws0], [tw.Variable(b) for b in bs0]
         loss = tw.reduce_mean(tw.nn.sparse_softmax_cross_entropy_with_logits(labels=y, logits=_net(tw, x, ws, bs)))
         train = tw.train.GradientDescentOptimizer(LR).minimize(loss)
@@ -55,6 +58,11 @@ def build() -> Workload:
     feed = {x: xb, y: yb}
 
     others, closers, tf_check = {}, [sess.close], None
+    if batch is not None:
+        return Workload(NAME, "static batch", lambda: sess.run(train, feed), None, close=sess.close)
+    static = build(batch=BATCH)
+    others["tensorweave (static batch)"] = static.tensorweave
+    closers.append(static.close)
     v1 = peers.tf_v1()
     if v1 is not None:
         def tf_graph():
