@@ -874,8 +874,8 @@ def _max_pool_grad_argmax_2x2_images(y, arg, g, dx, relu, n0, n1):
     """Images [n0, n1) of ``_MaxPoolGradArgmax`` for ``_max_pool_2x2_images``'s windows:
     each position in its own loop over the channels (one place stored: it vectorises); the
     caller zeroes what no window covers. With ``relu``, the gradient times 1 where the output
-    is positive, else 0 (as ``_max_pool_grad_tiles``). Returns whether some argmax is neither
-    a position (0-3) nor 255 (the caller raises)."""
+    is positive, else 0 (as ``_max_pool_grad_tiles``). Returns False where some argmax is
+    neither a position (0-3) nor 255 (the caller raises), else True, as the general loop."""
     c = dx.shape[3]
     oh, ow = y.shape[1], y.shape[2]
     zero, one = g.dtype.type(0), g.dtype.type(1)
@@ -893,7 +893,7 @@ def _max_pool_grad_argmax_2x2_images(y, arg, g, dx, relu, n0, n1):
                         if relu:
                             d = d * (one if y[b, oy, ox, ch] > 0 else zero)
                         dx[b, r, q, ch] = d if arg[b, oy, ox, ch] == p else zero
-    return bad
+    return not bad
 
 
 _max_pool_grad_argmax_2x2_loop = jit.Loop(_max_pool_grad_argmax_2x2_images)
@@ -963,17 +963,16 @@ def _max_pool_grad_argmax(ctx):
             ys, args, gs = (np.ascontiguousarray(a) for a in (y, arg, g))
             if _inside_2x2(kh, kw, kh, kw, pads, h, w, oh, ow):
                 dx = np.empty((n, h, w, c), g.dtype)
-                bad = []
+                ok = []
                 rowwise.over_rows(
-                    lambda n0, n1: bad.append(_max_pool_grad_argmax_2x2_loop(ys, args, gs, dx, relu, n0, n1)), n, dx.size)
-                check(args, pads, not any(bad))
+                    lambda n0, n1: ok.append(_max_pool_grad_argmax_2x2_loop(ys, args, gs, dx, relu, n0, n1)), n, dx.size)
                 _zero_uncovered(dx, oh, ow)
             else:
                 dx = np.zeros((n, h, w, c), g.dtype)
                 ok = []
                 rowwise.over_rows(lambda n0, n1: ok.append(_max_pool_grad_argmax_loop(
                     ys, args, gs, dx, kh, kw, pads[0], pads[2], relu, n0, n1)), n, dx.size)
-                check(args, pads, all(ok))
+            check(args, pads, all(ok))
             return _from_nhwc(dx, fmt)
         check(arg, pads)
         d = _relu_grad(g, y) if relu else g
