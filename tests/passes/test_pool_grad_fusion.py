@@ -196,3 +196,49 @@ def test_the_argmax_ops_check_their_attrs_and_shapes():
     with pytest.raises(tw.errors.InvalidArgumentError, match="must have one shape"):
         apply_op("_MaxPoolGradArgmax", [y, arg, tw.constant(np.ones((1, 3, 3, 2), np.float32))],
                  {**attrs, "input_size": [4, 4]})
+
+
+def _fused_ops(node):
+    return [v["s"] for v in node["attr"]["fused_ops"]["list"]]
+
+
+@pytest.mark.parametrize("padding", ["SAME", "VALID"])
+def test_the_relu_of_a_convolution_moves_into_its_pool(padding):
+    """conv + bias -> ReLU -> 2 x 2 pool, trained: the _FusedConv2D ends with its bias add,
+    the _MaxPoolArgmax rectifies (relu), and the values are those of the unfused graph, bit
+    for bit (a NaN in the input: Relu keeps it, and so does the pool that rectifies)."""
+    rng = np.random.default_rng(8)
+    x0 = rng.integers(-2, 3, (2, 7, 7, 2)).astype(np.float32)  # zeros, negatives and ties
+    x0[1, 3, 3, 1] = np.nan
+    x = tw.placeholder(tw.float32, [None, 7, 7, 2], name="x")
+    w = tw.constant(rng.integers(-1, 2, (3, 3, 2, 4)).astype(np.float32))
+    b = tw.constant(np.array([0.0, -1.0, 1.0, -0.5], np.float32))
+    h = tw.nn.relu(tw.nn.conv2d(x, w, [1, 1, 1, 1], "SAME") + b, name="act")
+    pooled = tw.nn.max_pool(h, [1, 2, 2, 1], [1, 2, 2, 1], padding, name="pool")
+    loss = tw.reduce_sum(pooled * pooled)
+    fetches = [pooled, *tw.gradients(loss, [x, w, b])]
+    got, nodes = _partition_nodes(fetches, {x: x0})
+    assert nodes["pool"]["op"] == "_MaxPoolArgmax" and nodes["pool"]["attr"]["relu"] == {"b": True}
+    assert nodes["act"]["op"] == "_FusedConv2D" and _fused_ops(nodes["act"]) == ["BiasAdd"]
+    assert nodes["pool"]["input"] == ["act:0"]
+    want, _ = _partition_nodes(fetches, {x: x0}, OFF)
+    for a, c in zip(got, want):
+        assert a.tobytes() == c.tobytes()  # (NaN where the unfused graph has NaN)
+    assert np.isnan(got[0]).any()
+
+
+def test_the_relu_stays_where_something_else_reads_it():
+    rng = np.random.default_rng(9)
+    x0 = rng.standard_normal((2, 8, 8, 2)).astype(np.float32)
+    x = tw.placeholder(tw.float32, [None, 8, 8, 2])
+    w = tw.constant(rng.standard_normal((3, 3, 2, 4)).astype(np.float32))
+    b = tw.constant(rng.standard_normal(4).astype(np.float32))
+    h = tw.nn.relu(tw.nn.conv2d(x, w, [1, 1, 1, 1], "SAME") + b, name="act")
+    pooled = tw.nn.max_pool(h, [1, 2, 2, 1], [1, 2, 2, 1], "SAME", name="pool")
+    (dx,) = tw.gradients(tw.reduce_sum(pooled), [x])
+    got, nodes = _partition_nodes([dx, h], {x: x0})  # the ReLU's output is fetched
+    assert nodes["pool"]["op"] == "_MaxPoolArgmax" and nodes["pool"]["attr"]["relu"] == {"b": False}
+    assert _fused_ops(nodes["act"]) == ["BiasAdd", "Relu"]
+    want, _ = _partition_nodes([dx, h], {x: x0}, OFF)
+    for a, c in zip(got, want):
+        np.testing.assert_array_equal(a, c)

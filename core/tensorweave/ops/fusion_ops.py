@@ -31,6 +31,9 @@ the ReLU's output (made by ``passes/pool_grad_fusion.py``).
 the first maximum is: ``argmax`` (uint8, the output's shape) holds ``i * kw + j`` for window
 row ``i`` and column ``j`` (row-major, counted from the window's corner, padding included,
 though padding is never chosen), or 255 where no input equals the maximum (a NaN window).
+With ``relu``, it pools its input rectified as Relu computes it (``max_pool(relu(x))``, the
+argmax among the rectified values): the pass moves a _FusedConv2D's ReLU there, where the
+pool reads each value anyway.
 ``_MaxPoolGradArgmax`` is MaxPoolGrad for such a pool given that ``argmax`` instead of the
 pooled tensor: each output's gradient goes to that position, zero everywhere else, an
 ``input_size`` (height, width) input gradient; with ``relu`` times 1 where the pool's output
@@ -373,10 +376,11 @@ def register_ops(reg) -> None:
                "through the ReLU whose output was pooled.")
     pool_attrs = ["T: {float32, float64}", "ksize: list(int)", "strides: list(int)", "padding: {'SAME', 'VALID'}",
                   "data_format: {'NHWC', 'NCHW'} = 'NHWC'"]
-    reg.op(MAX_POOL_ARGMAX, inputs=["input: T"], outputs=["output: T", "argmax: uint8"], attrs=pool_attrs,
+    reg.op(MAX_POOL_ARGMAX, inputs=["input: T"], outputs=["output: T", "argmax: uint8"],
+           attrs=[*pool_attrs, "relu: bool = false"],
            shape_fn=_max_pool_argmax_shape,
            doc="MaxPool over windows that tile the input, and where in each window its first maximum is "
-               "(i * kw + j; 255 for none).")
+               "(i * kw + j; 255 for none); with relu, of the input rectified as Relu computes it.")
     reg.op(MAX_POOL_GRAD_ARGMAX, inputs=["orig_output: T", "argmax: uint8", "grad: T"], outputs=["output: T"],
            attrs=[*pool_attrs, "input_size: list(int)", "relu: bool = false"],
            shape_fn=_max_pool_grad_argmax_shape,

@@ -25,11 +25,26 @@ the output again: it no longer reads the pooled tensor (the convnet's first laye
 step) nor keeps it alive until the backward pass. Both on one device, whose type has both
 kernels; the pool without control inputs; the pooled tensor's height and width known. Each
 node takes the name of the one it replaces; the values are the same, bit for bit.
+
+**The ReLU into the pool.** The argmax form's gradient no longer reads the pooled tensor, so
+where a ``_MaxPoolArgmax`` pools a ``_FusedConv2D``'s ``BiasAdd, Relu`` that nothing else
+reads (not fetched, no control edges either way, one device), the ReLU moves into the pool
+(its ``relu`` attr): the convolution ends with its bias add, and the pool rectifies each
+value as it reads it. The values are the same, bit for bit (the pool rectifies as Relu
+does, NaN kept); what it saves is the convolution's own ReLU, which on the CPU oneDNN applies
+only after reading the whole input to make sure no output is NaN (its ReLU gives 0 for NaN):
+the convnet's second layer, 0.2-0.4 ms a step.
 """
 
 from __future__ import annotations
 
-from tensorweave.ops.fusion_ops import MAX_POOL_ARGMAX, MAX_POOL_GRAD_ARGMAX, MAX_POOL_RELU_GRAD, NO_ARGMAX
+from tensorweave.ops.fusion_ops import (
+    FUSED_CONV2D,
+    MAX_POOL_ARGMAX,
+    MAX_POOL_GRAD_ARGMAX,
+    MAX_POOL_RELU_GRAD,
+    NO_ARGMAX,
+)
 from tensorweave.ops.nn_ops import spatial_axes
 from tensorweave.passes import fusion, plan_graph
 
@@ -60,6 +75,7 @@ def pool_grad_fusion_pass(plan) -> None:
     if replacements:
         fusion.put_in_place(plan, removed, replacements, ops)
     _with_argmax(plan, has_kernel)
+    _relu_into_pool(plan)
 
 
 def _with_argmax(plan, has_kernel) -> None:
@@ -90,6 +106,33 @@ def _with_argmax(plan, has_kernel) -> None:
         replacements[grad._outputs[0]] = node._outputs[0]
         ops[grad] = node
         removed.add(grad)
+    if replacements:
+        fusion.put_in_place(plan, removed, replacements, ops)
+
+
+def _relu_into_pool(plan) -> None:
+    """The ReLU of each _FusedConv2D that only a _MaxPoolArgmax reads moves into the pool
+    (see the module docstring)."""
+    readers = plan_graph.readers(plan.nodes)
+    fetched = set(plan.fetches)
+    replacements, ops, removed = {}, {}, set()
+    for pool in [op for op in plan.nodes if op._op_def.name == MAX_POOL_ARGMAX and not op._attrs.get("relu")]:
+        conv = pool._inputs[0].op
+        out = conv._outputs[0]
+        if conv._op_def.name != FUSED_CONV2D or list(conv._attrs["fused_ops"]) != ["BiasAdd", "Relu"] \
+                or readers.get(out) != [pool] or out in fetched or conv in readers or conv._control_inputs \
+                or plan.device_of.get(conv) != plan.device_of.get(pool):
+            continue
+        new_conv = plan_graph.add_node(plan, FUSED_CONV2D, [*conv._inputs[:2], list(conv._inputs[2:])],
+                                       {**conv._attrs, "fused_ops": ["BiasAdd"]}, name=f"{conv.name}/bias",
+                                       device=conv._device, order=conv._id)
+        fusion.stand_in(plan, new_conv, conv)
+        new_pool = plan_graph.add_node(plan, MAX_POOL_ARGMAX, [new_conv._outputs[0]], {**pool._attrs, "relu": True},
+                                       name=f"{pool.name}/relu", device=pool._device, order=pool._id)
+        fusion.stand_in(plan, new_pool, pool)
+        replacements.update(zip(pool._outputs, new_pool._outputs))
+        ops.update({conv: new_conv, pool: new_pool})
+        removed.update((conv, pool))
     if replacements:
         fusion.put_in_place(plan, removed, replacements, ops)
 

@@ -214,7 +214,7 @@ def test_the_2x2_loops_give_the_general_loops_bits(h, w, padding, inside, dtype)
         return
     y_general, y = np.empty((3, oh, ow, 11), dtype), np.empty((3, oh, ow, 11), dtype)
     nn._max_pool_loop(x, y_general, 2, 2, 2, 2, 0, 0, 0, 3)
-    nn._max_pool_2x2_loop(x, y, nn._NO_ARG, False, 0, 3)
+    nn._max_pool_2x2_loop(x, y, nn._NO_ARG, False, False, 0, 3)
     assert y.tobytes() == y_general.tobytes()
     g = rng.standard_normal(y.shape).astype(dtype)
     g[0, 0, 0, :4] = [np.inf, -np.inf, np.nan, -0.0]
@@ -297,6 +297,44 @@ def test_the_argmax_pool_and_gradient_match_maxpool_and_its_gradients(path, k, p
     inside = k == 2 and padding == "VALID" or (k == 2 and h % 2 == 0 and w % 2 == 0)
     assert set(calls) == ({"_max_pool_2x2_loop", "_max_pool_grad_argmax_2x2_loop"}
                           if path == "compiled" and inside else set())
+
+
+@pytest.mark.parametrize("k,padding,h,w", [(2, "VALID", 7, 9), (2, "SAME", 8, 6), (2, "SAME", 7, 5), (3, "SAME", 7, 8)])
+@pytest.mark.parametrize("data_format", ["NHWC", "NCHW"])
+@pytest.mark.parametrize("dtype", [np.float32, np.float64])
+def test_the_argmax_pool_with_relu_pools_what_relu_gives(path, k, padding, h, w, data_format, dtype, monkeypatch):
+    """_MaxPoolArgmax with ``relu`` gives, bit for bit, what it gives of Relu's output (and
+    MaxPool of it): negatives and -0.0 become +0.0, NaN stays NaN, the argmax is among the
+    rectified values (a window of non-positive values: its first position); the 2 x 2 loop
+    rectifies as it reads, other windows pool a rectified copy."""
+    from tensorweave.framework.graph import apply_op
+
+    calls = []
+    real = nn._max_pool_2x2_loop
+    monkeypatch.setattr(nn, "_max_pool_2x2_loop", lambda *a: calls.append(a[4]) or real(*a))
+    rng = np.random.default_rng(k * 100 + h * 10 + w)
+    x = rng.integers(-3, 3, (2, h, w, 3)).astype(dtype)
+    x[x == -3] = -0.0
+    x[0, 0, 0, 0] = np.nan
+    x[1, 0, :2, 1] = -1.0  # a window of negatives
+    if data_format == "NCHW":
+        x = x.transpose(0, 3, 1, 2).copy()
+    window = [1, k, k, 1] if data_format == "NHWC" else [1, 1, k, k]
+    attrs = {"ksize": window, "strides": window, "padding": padding, "data_format": data_format}
+    graph = tw.Graph()
+    with graph.as_default():
+        xt = tw.placeholder(dtype, x.shape)
+        got = apply_op("_MaxPoolArgmax", [xt], {**attrs, "relu": True})
+        want = apply_op("_MaxPoolArgmax", [tw.nn.relu(xt)], attrs)
+        pooled = apply_op("MaxPool", [tw.nn.relu(xt)], attrs)
+        with tw.Session(graph=graph, config=tw.ConfigProto(graph_options=tw.GraphOptions(
+                enable_elementwise_fusion=False))) as sess:
+            (y, arg), (y_want, arg_want), y_pool = sess.run([got, want, pooled], {xt: x})
+    assert y.tobytes() == y_want.tobytes() == y_pool.tobytes()
+    assert arg.tobytes() == arg_want.tobytes()
+    assert np.isnan(y).any() and (y >= 0).sum() == y.size - np.isnan(y).sum() and not np.signbit(y).any()
+    inside = k == 2 and (padding == "VALID" or (h % 2 == 0 and w % 2 == 0))
+    assert (True in calls) == (path == "compiled" and inside)
 
 
 def test_the_argmax_gradient_checks_its_inputs():

@@ -575,16 +575,19 @@ def _inside_2x2(kh, kw, sh, sw, pads, h, w, oh, ow):
     return (kh, kw, sh, sw) == (2, 2, 2, 2) and pads[0] == pads[2] == 0 and 2 * oh <= h and 2 * ow <= w
 
 
-def _max_pool_2x2_images(x, y, arg, with_arg, n0, n1):
+def _max_pool_2x2_images(x, y, arg, with_arg, relu, n0, n1):
     """``_max_pool_images`` for 2 x 2 windows at strides 2 wholly inside the image (TF1's
     usual pool), the window written out: the four loads and selects of each channel in one
     loop that vectorises (the general loop stores each partial maximum back: the convnet's
     first pool, [128, 28, 28, 32], 1.3-1.5 -> 0.6-0.7 ms on one core). The same maximum:
     the window's positions in the same order, NaN winning. ``with_arg``: also where the
     first maximum is (``_MaxPoolArgmax``, as ``_window_argmax_images`` finds it) in ``arg``,
-    from the same four values."""
+    from the same four values. ``relu``: each value rectified first, as Relu computes it
+    (positive and NaN values kept, the rest +0: NumPy's maximum with 0), so that a pool of a
+    ReLU reads the unrectified input once (``_MaxPoolArgmax``'s ``relu``)."""
     c = x.shape[3]
     oh, ow = y.shape[1], y.shape[2]
+    zero = x.dtype.type(0)
     for b in range(n0, n1):
         for oy in range(oh):
             r = 2 * oy
@@ -592,6 +595,11 @@ def _max_pool_2x2_images(x, y, arg, with_arg, n0, n1):
                 q = 2 * ox
                 for ch in range(c):
                     v0, v1, v2, v3 = x[b, r, q, ch], x[b, r, q + 1, ch], x[b, r + 1, q, ch], x[b, r + 1, q + 1, ch]
+                    if relu:
+                        v0 = v0 if (v0 > zero or v0 != v0) else zero
+                        v1 = v1 if (v1 > zero or v1 != v1) else zero
+                        v2 = v2 if (v2 > zero or v2 != v2) else zero
+                        v3 = v3 if (v3 > zero or v3 != v3) else zero
                     m = v0
                     m = v1 if (v1 > m or v1 != v1) else m
                     m = v2 if (v2 > m or v2 != v2) else m
@@ -623,7 +631,7 @@ def _max_pool(ctx):
             xs, y = np.ascontiguousarray(x), np.empty((n, oh, ow, x.shape[3]), x.dtype)
             pt, _, pl, _ = pads
             if _inside_2x2(kh, kw, sh, sw, pads, x.shape[1], x.shape[2], oh, ow):
-                rowwise.over_rows(lambda n0, n1: _max_pool_2x2_loop(xs, y, _NO_ARG, False, n0, n1), n, x.size)
+                rowwise.over_rows(lambda n0, n1: _max_pool_2x2_loop(xs, y, _NO_ARG, False, False, n0, n1), n, x.size)
             else:
                 rowwise.over_rows(lambda n0, n1: _max_pool_loop(xs, y, kh, kw, sh, sw, pt, pl, n0, n1), n, x.size)
             return _from_nhwc(y, fmt)
@@ -833,6 +841,7 @@ _window_argmax_loop = jit.Loop(_window_argmax_images)
 
 def _max_pool_argmax(ctx):
     fmt, (kh, kw), _ = _pool_setup(ctx)
+    relu = bool(ctx.attrs.get("relu", False))
 
     def max_pool_argmax(x):
         if x.ndim != 4:
@@ -841,10 +850,13 @@ def _max_pool_argmax(ctx):
         n, h, w, c = x.shape
         oh, ow, pads = _geometry(ctx, h, w, kh, kw, kh, kw)
         y, arg = np.empty((n, oh, ow, c), x.dtype), np.empty((n, oh, ow, c), np.uint8)
+        inside_2x2 = _inside_2x2(kh, kw, kh, kw, pads, h, w, oh, ow)
+        if relu and not (inside_2x2 and jit.enabled()):
+            x = _relu(x)  # (the 2 x 2 loop rectifies as it reads; elsewhere a rectified copy first)
         if jit.enabled() and y.size:
             xs = np.ascontiguousarray(x)
-            if _inside_2x2(kh, kw, kh, kw, pads, h, w, oh, ow):
-                rowwise.over_rows(lambda n0, n1: _max_pool_2x2_loop(xs, y, arg, True, n0, n1), n, x.size)
+            if inside_2x2:
+                rowwise.over_rows(lambda n0, n1: _max_pool_2x2_loop(xs, y, arg, True, relu, n0, n1), n, x.size)
             else:
                 def images(n0, n1):  # the maximum, then where it is (windows other than 2 x 2: rare)
                     _max_pool_loop(xs, y, kh, kw, kh, kw, pads[0], pads[2], n0, n1)
